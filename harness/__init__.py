@@ -1,0 +1,1 @@
+"""Fault-injection and invariant-checking harness for attachment pipelines."""

@@ -1,0 +1,104 @@
+"""`harness stack up|down|status`: the private service stack as a command."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .stack import Stack, stop_from_state
+from .stack.external import docker_status, external_urls
+from .stack.ports import port_listening
+from .stack.tools import REPO_ROOT
+
+CURRENT = REPO_ROOT / ".run" / "current-stack"
+
+
+def add_stack_commands(subparsers: argparse._SubParsersAction) -> None:
+    stack = subparsers.add_parser("stack", help="start or stop the private services (PostgreSQL, RabbitMQ, S3, Toxiproxy)")
+    actions = stack.add_subparsers(dest="stack_action", required=True)
+
+    up = actions.add_parser("up", help="start every service on free loopback ports and print their URLs")
+    up.add_argument("--run-dir", type=Path, help="folder for data and logs (default: a new temporary folder)")
+    up.add_argument("--json", action="store_true", help="print the URLs as JSON")
+    mode = up.add_mutually_exclusive_group()
+    mode.add_argument("--external", action="store_true",
+                      help="start nothing; check DATABASE_URL, AMQP_URL, S3_ENDPOINT_URL from the environment")
+    mode.add_argument("--testcontainers", action="store_true", help="use Docker containers when a daemon is reachable")
+    up.set_defaults(func=stack_up)
+
+    down = actions.add_parser("down", help="stop a stack started by `stack up`, by its recorded PIDs")
+    down.add_argument("--run-dir", type=Path, help="the stack's folder (default: the last one started)")
+    down.set_defaults(func=stack_down)
+
+    status = actions.add_parser("status", help="show the last stack's URLs and which of its ports listen")
+    status.add_argument("--run-dir", type=Path)
+    status.set_defaults(func=stack_status)
+
+
+def _resolve_run_dir(run_dir: Path | None) -> Path:
+    if run_dir:
+        return run_dir
+    if not CURRENT.exists():
+        raise SystemExit("no stack recorded; pass --run-dir or run `harness stack up` first")
+    return Path(CURRENT.read_text().strip())
+
+
+def stack_up(args: argparse.Namespace) -> int:
+    if args.external:
+        try:
+            urls = external_urls()
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps({"backend": "external", "urls": urls}, indent=2) if args.json else
+              "\n".join(f"{k}={v}" for k, v in urls.items()))
+        return 0
+    if args.testcontainers:
+        status = docker_status()
+        if not status.available:
+            print(json.dumps({"backend": status.backend, "skipped": True, "reason": status.reason}) if args.json
+                  else f"testcontainers backend skipped: {status.reason}")
+            return 0
+        print("testcontainers backend: Docker is reachable but this project proves the local-process mode; "
+              "use `harness stack up` without --testcontainers", file=sys.stderr)
+        return 2
+    print("starting PostgreSQL, RabbitMQ, SeaweedFS and Toxiproxy ...", file=sys.stderr)
+    stack = Stack.start(args.run_dir)
+    CURRENT.parent.mkdir(parents=True, exist_ok=True)
+    CURRENT.write_text(str(stack.run_dir))
+    info = stack.describe()
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        ready = ", ".join(f"{k} {v:.1f}s" for k, v in stack.ready_seconds.items())
+        print(f"run dir: {stack.run_dir}\nready: {ready}")
+        for kind in ("direct", "proxied"):
+            for key, url in info[kind].items():
+                print(f"{kind:8} {key:16} {url}")
+        print(f"rabbitmq management  {info['rabbitmq_management_url']}  (user harness / harness)")
+        print(f"toxiproxy api        {info['toxiproxy_api']}")
+        print(f"s3 bucket {info['s3_bucket']}  key {info['s3_access_key']}  secret {info['s3_secret_key']}")
+        print("stop with: harness stack down")
+    return 0
+
+
+def stack_down(args: argparse.Namespace) -> int:
+    run_dir = _resolve_run_dir(args.run_dir)
+    state = stop_from_state(run_dir)
+    still = [p for p in state["ports"] if port_listening(p)]
+    if CURRENT.exists() and CURRENT.read_text().strip() == str(run_dir):
+        CURRENT.unlink()
+    if still:
+        print(f"stopped, but these ports still listen: {still}", file=sys.stderr)
+        return 1
+    print(f"stopped stack in {run_dir} (pids {sorted(state['pids'].values())})")
+    return 0
+
+
+def stack_status(args: argparse.Namespace) -> int:
+    run_dir = _resolve_run_dir(args.run_dir)
+    state = json.loads((run_dir / "stack.json").read_text())
+    state["listening"] = [p for p in state["ports"] if port_listening(p)]
+    print(json.dumps(state, indent=2))
+    return 0

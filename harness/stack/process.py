@@ -1,0 +1,121 @@
+"""A service process we started ourselves: its own process group, a log file, stopped by PID."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ServiceProcess:
+    """One started process group. The group leader's PID is the handle; nothing is ever found by name."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    user: str | None = None
+    cwd: Path | None = None
+    popen: subprocess.Popen | None = field(default=None, repr=False)
+
+    def start(self) -> "ServiceProcess":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        # start_new_session: the service and every child it spawns share one process group that we
+        # can signal as a whole, the way a container runtime would.
+        self.popen = subprocess.Popen(
+            self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self.env, cwd=self.cwd, user=self.user, start_new_session=True,
+        )
+        log.close()
+        return self
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen else None
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.popen is None:
+            return
+        try:
+            os.killpg(self.popen.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the whole group and reap the leader."""
+        self.signal_group(signal.SIGKILL)
+        if self.popen is not None:
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        wait_group_gone(self.pid)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the group, then SIGKILL whatever is left after `grace` seconds."""
+        if self.popen is None:
+            return
+        self.signal_group(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def group_members(pgid: int | None) -> list[int]:
+    """PIDs whose process group is `pgid` (read from /proc, so it also sees re-parented children)."""
+    if pgid is None:
+        return []
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        # Field 5 is the pgid; the command name (field 2) may contain spaces, so split after ')'.
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
+
+
+def wait_group_gone(pgid: int | None, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not group_members(pgid):
+            return True
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, TypeError):
+            pass
+        time.sleep(0.05)
+    return not group_members(pgid)
+
+
+def kill_group_by_pid(pgid: int, grace: float = 5.0) -> None:
+    """Stop a group we started in another process (known from the stack's state file)."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and group_members(pgid):
+        time.sleep(0.1)
+    wait_group_gone(pgid)

@@ -1,0 +1,119 @@
+"""A private RabbitMQ node with its own epmd, ports, cookie and data (quorum queues, management API)."""
+from __future__ import annotations
+
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from .ports import LOOPBACK, can_connect, wait_until
+from .process import ServiceProcess
+from .tools import epmd, rabbitmq_bindir
+
+USER = "harness"
+PASSWORD = "harness"
+
+CONFIG = """\
+listeners.tcp.1 = {ip}:{amqp_port}
+management.tcp.ip = {ip}
+management.tcp.port = {management_port}
+loopback_users = none
+default_user = {user}
+default_pass = {password}
+default_user_tags.administrator = true
+log.console = false
+log.file.level = warning
+"""
+
+
+@dataclass
+class RabbitMQ:
+    root: Path
+    amqp_port: int
+    management_port: int
+    dist_port: int
+    epmd_port: int
+    process: ServiceProcess | None = None
+    epmd_process: ServiceProcess | None = None
+
+    name = "rabbitmq"
+
+    def amqp_url(self, vhost: str = "/", port: int | None = None) -> str:
+        return f"amqp://{USER}:{PASSWORD}@{LOOPBACK}:{port or self.amqp_port}/{urllib.parse.quote(vhost, safe='')}"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.management_port}"
+
+    def _env(self) -> dict[str, str]:
+        home = self.root / "home"
+        return {
+            "PATH": os.environ.get("PATH", ""),
+            "HOME": str(home),  # the Erlang cookie lives here, private to this node
+            "LANG": "C.UTF-8",
+            # The node name embeds the AMQP port so it stays the same across restarts of this node.
+            "RABBITMQ_NODENAME": f"harness-{self.amqp_port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": LOOPBACK,
+            "RABBITMQ_NODE_PORT": str(self.amqp_port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": LOOPBACK,
+            "RABBITMQ_CONFIG_FILE": str(self.root / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.root / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.root / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.root / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": str(self.root / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.root / "log"),
+            "RABBITMQ_PID_FILE": str(self.root / "rabbitmq.pid"),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
+
+    def init(self) -> None:
+        for sub in ("home", "mnesia", "log"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        (self.root / "rabbitmq.conf").write_text(CONFIG.format(
+            ip=LOOPBACK, amqp_port=self.amqp_port, management_port=self.management_port, user=USER, password=PASSWORD))
+        (self.root / "advanced.config").write_text("[].\n")
+        (self.root / "rabbitmq-env.conf").write_text("")
+        (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
+
+    def start(self) -> None:
+        self.init()
+        env = self._env()
+        if self.epmd_process is None or not self.epmd_process.alive():
+            # Our own epmd in the foreground, so it is ours to stop by PID (erl would daemonise a shared one).
+            self.epmd_process = ServiceProcess(
+                name="epmd", argv=[str(epmd()), "-port", str(self.epmd_port), "-address", LOOPBACK],
+                log_path=self.root / "epmd.log", env=env).start()
+            wait_until(lambda: can_connect(self.epmd_port), 10, "epmd", on_fail=self.epmd_process.tail)
+        self.process = ServiceProcess(
+            name=self.name, argv=[str(rabbitmq_bindir() / "rabbitmq-server")],
+            log_path=self.root / "rabbitmq.log", env=env).start()
+
+    def ready(self) -> bool:
+        if not can_connect(self.amqp_port):
+            return False
+        response = httpx.get(f"{self.management_url}/api/overview", auth=(USER, PASSWORD), timeout=1)
+        return response.status_code == 200
+
+    def wait_ready(self, timeout: float = 60) -> float:
+        def tail() -> str:
+            logs = sorted((self.root / "log").glob("*.log"))
+            extra = "\n".join(p.read_text(errors="replace")[-2000:] for p in logs)
+            return (self.process.tail() if self.process else "") + "\n" + extra
+        return wait_until(self.ready, timeout, "RabbitMQ", interval=0.1, on_fail=tail)
+
+    def create_vhost(self, vhost: str) -> None:
+        quoted = urllib.parse.quote(vhost, safe="")
+        with httpx.Client(base_url=self.management_url, auth=(USER, PASSWORD), timeout=10) as client:
+            client.put(f"/api/vhosts/{quoted}").raise_for_status()
+            client.put(f"/api/permissions/{quoted}/{USER}",
+                       json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
+
+    def stop_all(self) -> None:
+        if self.process:
+            self.process.stop(grace=15)
+        if self.epmd_process:
+            self.epmd_process.kill()

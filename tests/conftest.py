@@ -1,0 +1,52 @@
+"""Shared fixtures: the real stack (session scope), a fresh tenant per test, no fault leaking between tests."""
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness.stack import Stack, Tenant
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true",
+                     help="run soak/load/benchmark tests at full size instead of the short CI size")
+
+
+@pytest.fixture(scope="session")
+def full_size(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--full") or os.environ.get("FULL_SIZE") == "1")
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Stack:
+    """PostgreSQL 15, RabbitMQ, SeaweedFS S3 and Toxiproxy, private to this test session."""
+    run_dir = tmp_path_factory.mktemp("stack")
+    started = Stack.start(run_dir)
+    print(f"\n[stack] ready in {started.ready_seconds['total']:.1f}s: "
+          + ", ".join(f"{k} {v:.1f}s" for k, v in started.ready_seconds.items() if k != "total"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def tenant(stack: Stack, request: pytest.FixtureRequest) -> Tenant:
+    """A fresh database, vhost and bucket for this test."""
+    return stack.new_tenant(f"{request.node.name[:24]}-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(autouse=True)
+def _no_fault_leaks(request: pytest.FixtureRequest):
+    """After every test that used the stack: every toxic removed, every proxy enabled, every service up."""
+    yield
+    if "stack" not in request.fixturenames:
+        return
+    stack: Stack = request.getfixturevalue("stack")
+    for name in ("postgres", "rabbitmq", "s3", "toxiproxy"):
+        if not stack.alive(name):
+            stack.restart(name)
+    stack.toxiproxy.reset()
