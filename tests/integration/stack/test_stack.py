@@ -144,3 +144,17 @@ def test_killed_rabbitmq_restarts_on_same_port_with_messages(stack: Stack, tenan
     # The management API and the tenant's vhost come back too.
     response = httpx.get(f"{stack.rabbitmq_management_url}/api/vhosts", auth=("harness", "harness"), timeout=5)
     assert tenant.vhost in {v["name"] for v in response.json()}
+
+
+def test_reset_peer_and_limit_data_break_connections(stack: Stack, tenant):
+    toxi = stack.toxiproxy
+    toxi.reset_peer("postgres")
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(tenant.proxied.database_url, connect_timeout=2)
+    toxi.reset()
+    toxi.limit_data("s3", 64)  # the response is cut after 64 bytes
+    client = s3_client(tenant.proxied.s3_endpoint_url, timeout=2)
+    with pytest.raises(Exception):
+        client.list_objects_v2(Bucket=tenant.bucket)
+    toxi.reset()
+    assert client.list_objects_v2(Bucket=tenant.bucket)["KeyCount"] >= 0

@@ -1,0 +1,337 @@
+"""Each checker accepts a correct history and rejects one that exhibits the bug it names."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.checkers import (CHECKERS, ack_after_commit, bounded_retries, duplicate_effects, lease_ownership,
+                              lost_accepted_work, message_hygiene, run_checks, staging_safety, state_regression)
+from harness.checkers.base import INVALID, UNKNOWN, VALID
+from harness_histories import ATT, JOB, T0, Builder, happy, iso
+
+ATT2 = "9b2f4e1a-0c3d-4e5f-8a7b-6c5d4e3f2a1b"
+
+
+def message(job_id=JOB, attachment_id=ATT, **overrides):
+    body = {"schema_version": 1, "job_id": job_id, "attempt": 1, "attachment_id": attachment_id,
+            "pipeline_version": 1, "variants": ["thumbnail", "crop", "optimized"],
+            "created_at": "2026-11-29T12:00:00Z", "expires_at": "2026-11-30T12:00:00Z"}
+    body.update(overrides)
+    return body
+
+
+def test_happy_history_is_valid_for_every_checker():
+    b = happy()
+    b.add(0.5, "message", body=message(), properties={"message_id": JOB})
+    verdicts = run_checks(b.history(), b.final, b.run)
+    assert {v.invariant: v.status for v in verdicts} == {name: VALID for name in CHECKERS}
+
+
+# --- lost accepted work: the no-outbox bug leaves an accepted job queued forever -----------------------------
+
+def test_lost_work_catches_job_stuck_in_queued_after_crash_between_commit_and_publish():
+    b = Builder()
+    b.add(0.0, "invoke", op="u1", f="upload", kind="good", sample="u1")
+    b.add(0.1, "info", op="u1", f="upload", error="RemoteProtocolError")  # api died after commit, before publish
+    b.add(0.2, "fault", action="crash", phase="hit", role="api", window="after_commit_before_publish")
+    b.add(1.0, "invoke", op="u1.r1", f="upload", kind="good", sample="u1", retry_of="u1")
+    b.add(1.1, "ok", op="u1.r1", f="upload", status=202, attachment_id=ATT, job_id=JOB)  # idempotent replay
+    b.transitions(ATT, [(0.05, None, "queued", 1, "api")])
+    verdict = lost_accepted_work.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    assert verdict.evidence[0]["attachment_id"] == ATT
+    assert "queued" in verdict.evidence[0]["message"]
+    assert verdict.seed == 42 and verdict.evidence[0]["lines"]
+
+
+def test_lost_work_ignores_unknown_outcomes_and_accepts_failed_bad_input():
+    b = Builder()
+    b.add(0.0, "invoke", op="u1", f="upload", kind="good")
+    b.add(0.1, "info", op="u1", f="upload", error="ReadTimeout")
+    b.upload(1.0, ATT2, kind="poison")
+    b.transitions(ATT2, [(1.1, None, "queued", 1, "api"), (1.2, "queued", "processing", 1, "worker"),
+                         (1.3, "processing", "failed", 1, "worker")], error_code="decode_error")
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == VALID
+
+
+def test_lost_work_rejects_good_input_failed_and_missing_variants_and_404():
+    b = happy()
+    b.final["attachments"][ATT]["body"]["variants"].pop()  # level 4 promises crop + optimized
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == INVALID
+    b2 = Builder()
+    b2.upload(0, ATT)
+    b2.attachments[ATT] = {"status": 404, "body": None, "events": []}
+    assert lost_accepted_work.check(b2.history(), b2.final, b2.run).status == INVALID
+
+
+def test_lost_work_is_unknown_when_the_final_state_was_not_read():
+    b = happy()
+    b.final["read_ok"] = False
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == UNKNOWN
+
+
+# --- duplicate effects / regression: in-memory dedup re-runs a ready job after restart -----------------------
+
+def in_memory_dedup_history():
+    b = Builder()
+    b.upload(0, ATT)
+    b.add(2.5, "fault", action="crash", phase="hit", role="worker", window="after_commit_before_ack")
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (2, "processing", "ready", 1, "worker"), (4, "ready", "processing", 1, "worker"),
+                        (5, "processing", "ready", 1, "worker")])
+    return b
+
+
+def test_duplicate_effects_catches_second_ready_after_redelivery():
+    b = in_memory_dedup_history()
+    verdict = duplicate_effects.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    assert "ready reached 2 times" in verdict.evidence[0]["message"]
+    assert verdict.evidence[0]["attachment_id"] == ATT
+
+
+def test_state_regression_catches_ready_to_processing():
+    b = in_memory_dedup_history()
+    verdict = state_regression.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    assert any("ready→processing" in e["message"] for e in verdict.evidence)
+
+
+def test_state_regression_catches_polled_ready_going_back_and_broken_chains():
+    b = happy()
+    b.add(3, "state", attachment_id=ATT, state="ready")
+    b.add(4, "state", attachment_id=ATT, state="processing")
+    assert state_regression.check(b.history(), b.final, b.run).status == INVALID
+    b2 = Builder()
+    b2.upload(0)
+    b2.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "processing", "ready", 1, "worker")])
+    assert state_regression.check(b2.history(), b2.final, b2.run).status == INVALID
+
+
+def test_duplicate_effects_catches_checksum_mismatch_and_rewrite_after_ready():
+    b = happy()
+    key = b.final["attachments"][ATT]["body"]["variants"][0]["key"]
+    b.final["attachments"][ATT]["objects"][key]["sha256"] = "ee" * 32
+    assert duplicate_effects.check(b.history(), b.final, b.run).status == INVALID
+    b2 = happy()
+    b2.final["attachments"][ATT]["objects"][key]["last_modified"] = iso(T0 + 9)  # ready at T0+2
+    verdict = duplicate_effects.check(b2.history(), b2.final, b2.run)
+    assert verdict.status == INVALID and "rewritten" in verdict.evidence[0]["message"]
+
+
+# --- ack after commit: the ack-before-commit bug leaves a crashed job stuck while the sweeper is held ---------
+
+def crash_with_sweeper_held(builder, crash_at, hold_end, depth_after_crash=0):
+    builder.add(crash_at - 1, "phase", name="hold_start", roles=["sweeper"])
+    builder.add(crash_at, "fault", action="crash", phase="hit", role="worker", window="after_s3_write_before_commit")
+    for offset in (1, 7, 10):  # the first sample is inside the management API's stats lag and is ignored
+        builder.add(crash_at + offset, "queue", queue="attachments.jobs.process", ready=0, unacked=depth_after_crash)
+    builder.add(hold_end, "phase", name="hold_end", roles=["sweeper"])
+
+
+def test_ack_after_commit_catches_job_not_redelivered_while_sweeper_held():
+    b = Builder()
+    b.upload(0)
+    crash_with_sweeper_held(b, crash_at=1.5, hold_end=16)
+    # Only the sweeper (after the hold) brings it back: the broker had nothing to redeliver.
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (17, "processing", "queued", 1, "sweeper"), (18, "queued", "processing", 2, "worker"),
+                        (19, "processing", "ready", 2, "worker")])
+    verdict = ack_after_commit.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    ev = verdict.evidence[0]
+    assert ev["attachment_id"] == ATT and ev["queue_samples"][0]["ready"] == 0
+    assert ev["lines"] and ev["deadline_seconds"] > 0
+
+
+def test_ack_after_commit_valid_when_redelivery_finishes_the_job():
+    b = Builder()
+    b.upload(0)
+    crash_with_sweeper_held(b, crash_at=1.5, hold_end=16)
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (6, "processing", "ready", 1, "worker")])
+    verdict = ack_after_commit.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised
+
+
+def test_ack_after_commit_valid_when_broker_keeps_the_delivery_until_lease_recovery():
+    b = Builder()
+    b.upload(0)
+    crash_with_sweeper_held(b, crash_at=1.5, hold_end=16, depth_after_crash=1)
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (17, "processing", "queued", 1, "sweeper"), (18, "queued", "processing", 2, "worker"),
+                        (19, "processing", "ready", 2, "worker")])
+    verdict = ack_after_commit.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised
+    assert "kept the unacked delivery" in verdict.evidence[0]["message"]
+
+
+def test_ack_after_commit_depth_explained_by_other_jobs_does_not_count():
+    b = Builder()
+    b.upload(0)
+    b.upload(0.2, ATT2, job_id="7c9e6679-7425-40de-944b-e07fc1f90ae7")
+    crash_with_sweeper_held(b, crash_at=1.5, hold_end=16, depth_after_crash=1)
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (17, "processing", "queued", 1, "sweeper"), (18, "queued", "processing", 2, "worker"),
+                        (19, "processing", "ready", 2, "worker")])
+    b.transitions(ATT2, [(0.3, None, "queued", 1, "api"), (15, "queued", "processing", 1, "worker"),
+                         (15.5, "processing", "ready", 1, "worker")])  # its own message explains depth 1
+    assert ack_after_commit.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_ack_after_commit_unknown_without_queue_samples():
+    b = Builder()
+    b.upload(0)
+    b.add(0.5, "phase", name="hold_start", roles=["sweeper"])
+    b.add(1.5, "fault", action="crash", phase="hit", role="worker")
+    b.add(16, "phase", name="hold_end", roles=["sweeper"])
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (17, "processing", "queued", 1, "sweeper"), (19, "queued", "processing", 2, "worker"),
+                        (20, "processing", "ready", 2, "worker")])
+    assert ack_after_commit.check(b.history(), b.final, b.run).status == UNKNOWN
+
+
+def test_ack_after_commit_not_exercised_when_sweeper_was_running():
+    b = Builder()
+    b.upload(0)
+    b.add(1.5, "fault", action="sigkill", phase="start", role="worker")
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (6, "processing", "queued", 1, "sweeper"), (7, "queued", "processing", 2, "worker"),
+                        (8, "processing", "ready", 2, "worker")])
+    verdict = ack_after_commit.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and not verdict.exercised
+
+
+# --- bounded retries --------------------------------------------------------------------------------------------
+
+def test_bounded_retries_catches_attempts_beyond_max_and_undrained_queue():
+    b = Builder(max_attempts=2)
+    b.upload(0, kind="poison")
+    steps = [(0.1, None, "queued", 1, "api")]
+    for attempt in range(1, 4):
+        steps += [(attempt, "queued", "processing", attempt, "worker"),
+                  (attempt + 0.5, "processing", "queued", attempt, "worker")]
+    b.transitions(ATT, steps)
+    verdict = bounded_retries.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    messages = " ".join(e["message"] for e in verdict.evidence)
+    assert "exceeds max_attempts" in messages and "poison input not terminal" in messages
+    b2 = happy()
+    b2.final["queues"]["work"] = {"ready": 3, "unacked": 0}
+    assert bounded_retries.check(b2.history(), b2.final, b2.run).status == INVALID
+
+
+def test_bounded_retries_catches_endless_redelivery_loop():
+    b = happy()
+    for i in range(40):
+        b.add(3 + i * 0.1, "message", body=message())
+    verdict = bounded_retries.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "endless" in verdict.evidence[0]["message"]
+
+
+# --- message hygiene --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, fragment", [
+    (message(download_url="http://x/y"), "validate"),
+    (message(tracestate="a=http://evil"), "validate"),
+    (message(attempt=0), "validate"),
+    ("not json", "not a JSON object"),
+])
+def test_message_hygiene_rejects_bad_messages(body, fragment):
+    b = happy()
+    b.add(1, "message", body=body if isinstance(body, dict) else None, body_raw=body)
+    verdict = message_hygiene.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    assert fragment in verdict.evidence[0]["message"]
+
+
+def test_message_hygiene_rejects_client_filename_and_job_id_reuse_and_message_id_mismatch():
+    b = happy()  # uploaded as holiday-0000abcd.png
+    b.add(1, "message", body=message(tracestate="vendor=holiday-0000abcd"))
+    assert "client filename" in message_hygiene.check(b.history(), b.final, b.run).evidence[0]["message"]
+    b2 = happy()
+    b2.add(1, "message", body=message())
+    b2.add(2, "message", body=message(attachment_id=ATT2))
+    assert "reused" in message_hygiene.check(b2.history(), b2.final, b2.run).evidence[0]["message"]
+    b3 = happy()
+    b3.add(1, "message", body=message(), properties={"message_id": "other"})
+    assert message_hygiene.check(b3.history(), b3.final, b3.run).status == INVALID
+
+
+# --- lease ownership --------------------------------------------------------------------------------------------
+
+def test_lease_ownership_catches_stale_owner_write_and_unrecovered_job():
+    b = Builder(lease=4)
+    b.upload(0)
+    b.add(1.2, "fault", action="sigstop", phase="start", role="worker")
+    b.add(11, "fault", action="sigcont", phase="end", role="worker")
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (6, "processing", "queued", 1, "sweeper"), (7, "queued", "processing", 2, "worker"),
+                        (8, "processing", "ready", 2, "worker")])
+    assert lease_ownership.check(b.history(), b.final, b.run).status == VALID
+    # the stale owner (attempt 1) writes after attempt 2 claimed: fencing failed
+    b.attachments[ATT]["events"].insert(4, {"seq": 4.5, "at": iso(T0 + 7.5), "from": "processing", "to": "queued",
+                                           "attempt": 1, "actor": "worker", "reason": None})
+    verdict = lease_ownership.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "stale owner" in verdict.evidence[0]["message"]
+    b2 = Builder(lease=4)
+    b2.upload(0)
+    b2.add(1.2, "fault", action="sigstop", phase="start", role="worker")
+    b2.add(11, "fault", action="sigcont", phase="end", role="worker")
+    b2.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                         (12, "processing", "ready", 1, "worker")])
+    verdict = lease_ownership.check(b2.history(), b2.final, b2.run)
+    assert verdict.status == INVALID and "not recovered" in verdict.evidence[0]["message"]
+
+
+# --- staging safety ---------------------------------------------------------------------------------------------
+
+def test_staging_safety_catches_old_orphan_and_deleted_original():
+    b = happy()
+    b.final["bucket_objects"] = [{"key": "staging/orphan", "size": 5, "last_modified": iso(T0)}]
+    verdict = staging_safety.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "orphan" in verdict.evidence[0]["message"]
+    b.final["bucket_objects"] = [{"key": "staging/orphan", "size": 5, "last_modified": iso(T0 + 999)}]
+    assert staging_safety.check(b.history(), b.final, b.run).status == VALID
+    b.final["attachments"][ATT]["objects"][f"staging/{ATT}"]["exists"] = False
+    assert staging_safety.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_a_crashing_checker_yields_unknown(monkeypatch):
+    b = happy()
+    monkeypatch.setattr(duplicate_effects, "check", lambda *a: 1 / 0)
+    verdicts = {v.invariant: v for v in run_checks(b.history(), b.final, b.run)}
+    assert verdicts["duplicate_effects"].status == UNKNOWN
+
+
+def crash_with_peeks(builder, seen: bool):
+    builder.add(0.5, "phase", name="hold_start", roles=["sweeper"])
+    builder.add(1.5, "fault", action="crash", phase="hit", role="worker", window="after_s3_write_before_commit")
+    other = {"job_id": "7c9e6679-7425-40de-944b-e07fc1f90ae7", "attachment_id": ATT2}
+    mine = {"job_id": JOB, "attachment_id": ATT}
+    for at in (2.0, 2.6, 3.2):
+        builder.add(at, "queue", kind="peek", queue="attachments.jobs.process",
+                    messages=[other] + ([mine] if seen else []), ready=2 if seen else 1)
+    builder.add(6, "phase", name="hold_end", roles=["sweeper"])
+    builder.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                              (6.5, "processing", "queued", 2, "sweeper"), (7, "queued", "processing", 2, "worker"),
+                              (8, "processing", "ready", 2, "worker")])
+
+
+def test_ack_after_commit_peeks_prove_the_delivery_came_back():
+    b = Builder()
+    b.upload(0)
+    crash_with_peeks(b, seen=True)
+    verdict = ack_after_commit.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and "back in the work queue" in verdict.evidence[0]["message"]
+
+
+def test_ack_after_commit_peeks_without_the_job_prove_an_early_ack():
+    b = Builder()
+    b.upload(0)
+    crash_with_peeks(b, seen=False)
+    verdict = ack_after_commit.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    ev = verdict.evidence[0]
+    assert ev["attachment_id"] == ATT and "acked before" in ev["message"]
+    assert len(ev["peeked"]) == 3 and ev["lines"][0] == 4  # the crash line comes first

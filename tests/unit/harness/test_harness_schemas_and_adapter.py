@@ -1,0 +1,145 @@
+"""Adapter, scenario and report schemas: valid examples pass, invalid ones are rejected with a reason."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+
+import pytest
+
+from harness import adapter as adapter_mod
+from harness import scenarios
+from harness.adapter import WINDOWS, AdapterError
+from harness.schemas import REPO_ROOT, errors
+
+REFERENCE = REPO_ROOT / "reference" / "adapter.toml"
+
+
+def reference_raw() -> dict:
+    return tomllib.loads(REFERENCE.read_text())
+
+
+def test_reference_adapter_is_valid_and_resolves_by_name():
+    a = adapter_mod.load("reference")
+    assert a.path == REFERENCE.resolve()
+    assert a.level == 4 and a.has("failpoints") and a.has("replay")
+    assert set(a.failpoint_roles) >= set(WINDOWS)
+    assert a.timings["lease_seconds"] == float(a.env["LEASE_SECONDS"])
+    assert a.timings["max_attempts"] == int(a.env["MAX_ATTEMPTS"])
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda r: r.pop("roles"), "'roles' is a required property"),
+    (lambda r: r["roles"].pop("worker"), "'worker' is a required property"),
+    (lambda r: r.__setitem__("level", 2), "level"),
+    (lambda r: r.__setitem__("adapter_version", 2), "adapter_version"),
+    (lambda r: r["roles"]["api"].__setitem__("command", []), "roles/api/command"),
+    (lambda r: r["broker"].pop("exchange"), "'exchange' is a required property"),
+    (lambda r: r.__setitem__("colour", "blue"), "Additional properties"),
+    (lambda r: r["timings"].__setitem__("lease_seconds", 0), "timings/lease_seconds"),
+])
+def test_invalid_adapters_are_rejected(mutate, fragment):
+    raw = copy.deepcopy(reference_raw())
+    mutate(raw)
+    problems = errors("adapter.schema.json", raw)
+    assert problems and any(fragment in p for p in problems), problems
+
+
+def test_adapter_load_reports_the_file_and_failpoints_to_unknown_roles(tmp_path):
+    raw = REFERENCE.read_text().replace('after_commit_before_ack = "worker"', 'after_commit_before_ack = "ghost"')
+    path = tmp_path / "adapter.toml"
+    path.write_text(raw)
+    with pytest.raises(AdapterError, match="unknown roles"):
+        adapter_mod.load(path)
+    path.write_text("name = [")
+    with pytest.raises(AdapterError, match="not valid TOML"):
+        adapter_mod.load(path)
+    with pytest.raises(AdapterError, match="no adapter file"):
+        adapter_mod.load(tmp_path / "nothing-here")
+
+
+def test_command_placeholders_are_expanded(tmp_path):
+    raw = REFERENCE.read_text().replace('command = ["reference", "api"]', 'command = ["{python}", "{adapter_dir}/x.py"]')
+    (tmp_path / "adapter.toml").write_text(raw)
+    a = adapter_mod.load(tmp_path)
+    import sys
+    assert a.resolve_command(a.roles["api"].command) == [sys.executable, f"{tmp_path}/x.py"]
+
+
+def test_every_catalogue_scenario_is_valid_and_the_windows_are_covered_twice():
+    catalogue = scenarios.catalogue()
+    assert len(catalogue) >= 15
+    for window in WINDOWS:
+        hits = [s for s in catalogue if window in s.raw["windows"]]
+        assert any("failpoints" in s.requires for s in hits), window
+        assert any(s.raw.get("exactness") == "approximate" and s.raw.get("fallback_for") for s in hits), window
+    names = {s.name for s in catalogue}
+    for s in catalogue:
+        assert s.raw.get("fallback_for", s.name) in names
+        for check in s.checks or []:
+            from harness.checkers import CHECKERS
+            assert check in CHECKERS, (s.name, check)
+    for required in ("redelivery-of-ready-job", "concurrent-duplicate-delivery", "poison-message", "broker-restart",
+                     "database-outage", "s3-outage", "worker-paused-past-lease"):
+        assert required in names
+
+
+def test_invalid_scenarios_are_rejected(tmp_path):
+    bad = tmp_path / "bad-one.toml"
+    bad.write_text('name = "bad-one"\ndescription = "x"\nwindows = ["nowhere"]\nrequirements = ["BE-JOB-009"]\n'
+                   'level = 3\nfaults = []\n[workload]\nuploads = 1\n')
+    with pytest.raises(scenarios.ScenarioError) as info:
+        scenarios.load_file(bad)
+    assert "windows/0" in str(info.value) and "requirements/0" in str(info.value)
+    wrong_name = tmp_path / "other.toml"
+    wrong_name.write_text(bad.read_text().replace('["nowhere"]', "[]").replace("BE-JOB-009", "BE-JOB-001")
+                          .replace('name = "bad-one"', 'name = "bad-one"'))
+    with pytest.raises(scenarios.ScenarioError, match="must equal the file name"):
+        scenarios.load_file(wrong_name)
+
+
+class FakeAdapter:
+    def __init__(self, caps):
+        self.caps = caps
+
+    def has(self, c):
+        return c in self.caps
+
+
+def test_grade_selection_uses_failpoints_when_available_and_timed_kills_otherwise():
+    catalogue = scenarios.catalogue()
+    with_fp, skipped = scenarios.for_grade(catalogue, FakeAdapter({"failpoints", "replay"}), 4)
+    names = {s.name for s in with_fp}
+    assert "window-s3-commit-failpoint" in names and "window-s3-commit-sigkill" not in names
+    assert any(s.name == "window-s3-commit-sigkill" and "runs instead" in why for s, why in skipped)
+    without, skipped = scenarios.for_grade(catalogue, FakeAdapter(set()), 4)
+    names = {s.name for s in without}
+    assert "window-s3-commit-sigkill" in names and "window-s3-commit-failpoint" not in names
+    assert "poison-replay" not in names
+    level3, skipped = scenarios.for_grade(catalogue, FakeAdapter({"failpoints"}), 3)
+    assert all(s.level == 3 for s in level3)
+    assert any(why.startswith("proves level 4") for _, why in skipped)
+
+
+def valid_report() -> dict:
+    return {"report_version": 1, "kind": "scenario", "run_id": "r1", "verdict": "invalid", "level": 4, "seed": 7,
+            "sut": {"name": "x", "path": None, "level": 4},
+            "scenario": {"name": "s", "windows": [], "requirements": ["BE-JOB-001"], "level": 3},
+            "verdicts": [{"invariant": "lost_accepted_work", "status": "invalid", "requirements": ["BE-JOB-001"],
+                          "summary": "1 lost", "exercised": True, "seed": 7,
+                          "evidence": [{"message": "still queued", "attachment_id": "a"}]}]}
+
+
+def test_report_schema_accepts_a_valid_report_and_rejects_broken_ones():
+    assert errors("report.schema.json", valid_report()) == []
+    broken = valid_report()
+    broken["verdict"] = "maybe"
+    assert errors("report.schema.json", broken)
+    broken = valid_report()
+    del broken["verdicts"]
+    assert errors("report.schema.json", broken)
+    broken = valid_report()
+    broken["verdicts"][0]["evidence"] = [{"no": "message"}]
+    assert errors("report.schema.json", broken)
+    grade = {**valid_report(), "kind": "grade"}
+    assert any("scenarios" in p for p in errors("report.schema.json", grade))

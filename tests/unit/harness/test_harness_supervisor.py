@@ -1,0 +1,61 @@
+"""Roles as process groups: a signal reaches every process a role started; stop leaves no member behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from harness.history import History, HistoryWriter
+from harness.supervisor import Supervisor, group_members, process_state
+
+# A role that forks a child which would outlive a plain kill of the parent.
+SCRIPT = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\nelse:\n    print('up', flush=True); time.sleep(60)\n"
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_group_signals_reach_children_and_exits_are_recorded(tmp_path):
+    with HistoryWriter(tmp_path / "h.jsonl") as history:
+        sup = Supervisor(tmp_path, history)
+        sup.add("worker", "worker", [sys.executable, "-c", SCRIPT], dict(os.environ))
+        instance = sup.start("worker", {"FAILPOINTS": "after_commit_before_ack=1*crash"})
+        assert instance.armed == {"after_commit_before_ack": "1*crash"}
+        assert wait_for(lambda: len(group_members(instance.pid)) == 2)
+        members = group_members(instance.pid)
+        sup.pause("worker")
+        assert wait_for(lambda: all(process_state(p) == "T" for p in members))
+        assert sup.problems({"worker"}) and "stopped" in sup.problems({"worker"})[0]
+        sup.resume("worker")
+        assert wait_for(lambda: not sup.problems({"worker"}))
+        sup.kill("worker")
+        assert wait_for(lambda: not group_members(members[0]) and all(process_state(p) in (None, "Z") for p in members))
+        assert wait_for(lambda: bool(instance.exits))
+        assert instance.exits[0]["returncode"] == -signal.SIGKILL and instance.exits[0]["expected"]
+        assert "worker is not running" in sup.problems({"worker"})
+        sup.restart("worker")
+        assert sup.instances["worker"].alive() and sup.instances["worker"].armed == {}
+        sup.stop_all()
+        assert not sup.instances["worker"].alive()
+    events = History.load(tmp_path / "h.jsonl")
+    actions = [e["action"] for e in events.of_type("role")]
+    assert actions[:3] == ["start", "exit", "start"]
+    assert (tmp_path / "logs" / "worker.log").read_text().count("=== harness: start worker") == 2
+
+
+def test_unexpected_exit_is_reported_to_the_callback(tmp_path):
+    seen = []
+    sup = Supervisor(tmp_path, None, on_exit=lambda inst, info: seen.append(info))
+    sup.add("api", "api", [sys.executable, "-c", "import os; os._exit(137)"], dict(os.environ))
+    sup.start("api")
+    assert wait_for(lambda: bool(seen))
+    assert seen[0]["returncode"] == 137 and not seen[0]["expected"]
+    sup.stop_all()

@@ -1,0 +1,126 @@
+"""HTTP contract checks that need no services: the committed OpenAPI file,
+error envelopes, upload rejections (which happen before any DB/S3 call), auth."""
+
+import io
+import json
+import struct
+import zlib
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+from reference.api.app import create_app
+from reference.api.openapi import OPENAPI_PATH, current, render
+from reference.settings import Settings
+
+
+class Untouchable:
+    """A pool/store that fails the test if a rejected upload reaches it."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"rejected upload touched a backend: {name}")
+
+
+@pytest.fixture
+def client():
+    app = create_app(Settings(max_upload_bytes=200_000, operator_token="op-secret"), connect=False)
+    with TestClient(app) as test_client:
+        app.state.pool = Untouchable()
+        app.state.store = Untouchable()
+        yield test_client
+        app.state.pool = None
+
+
+def jpeg(size=(300, 200)) -> bytes:
+    buffer = io.BytesIO()
+    Image.effect_noise(size, 60).convert("RGB").save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def png_header(width, height) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+
+
+def test_committed_openapi_matches_the_app():
+    assert OPENAPI_PATH.read_text() == render(current()), "run: python -m reference.api.openapi"
+
+
+def test_openapi_keeps_the_design_shapes():
+    doc = current()
+    schemas = doc["components"]["schemas"]
+    assert set(schemas["UploadAccepted"]["required"]) == {"attachment_id", "job_id", "status_url"}
+    assert {"attachment_id", "state", "pipeline_version", "attempt", "error_code", "original", "variants",
+            "created_at", "updated_at"} <= set(schemas["AttachmentStatus"]["required"])
+    assert {"seq", "at", "from", "to", "attempt", "reason", "actor"} <= set(schemas["Event"]["properties"])
+    assert set(schemas["VariantObject"]["required"]) >= {"name", "key", "sha256", "size", "content_type"}
+    assert set(doc["paths"]["/v1/attachments"]["post"]["responses"]) >= {"202", "400", "409", "413", "415", "422", "503"}
+
+
+@pytest.mark.parametrize("content,status,code", [
+    (b"", 400, "empty_file"),
+    (b"<svg xmlns='http://www.w3.org/2000/svg'><script/></svg>", 415, "unsupported_media_type"),
+    (b"GIF8", 415, "unsupported_media_type"),
+    (png_header(20_000, 20_000), 422, "too_many_pixels"),
+    (jpeg()[:20000], 422, "truncated_image"),
+    (b"\xff\xd8\xff" + b"\x00" * 300_000, 413, "too_large"),
+])
+def test_bad_uploads_are_rejected_before_any_backend(client, content, status, code):
+    response = client.post("/v1/attachments", files={"file": ("../../x.jpg", content, "image/jpeg")})
+    assert response.status_code == status, response.text
+    assert response.json()["error"]["code"] == code
+    assert set(response.json()["error"]) == {"code", "message"}
+
+
+def test_missing_file_field_and_non_multipart(client):
+    response = client.post("/v1/attachments", files={"other": ("a.jpg", jpeg(), "image/jpeg")})
+    assert (response.status_code, response.json()["error"]["code"]) == (400, "missing_file")
+    response = client.post("/v1/attachments", content=jpeg(), headers={"content-type": "image/jpeg"})
+    assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_multipart")
+
+
+def test_declared_oversize_body_is_refused_before_reading(client):
+    response = client.post("/v1/attachments", content=b"x" * 10,
+                           headers={"content-type": "multipart/form-data; boundary=b", "content-length": "99999999"})
+    assert response.status_code == 413
+
+
+def test_bad_idempotency_key(client):
+    response = client.post("/v1/attachments", files={"file": ("a.jpg", jpeg(), "image/jpeg")},
+                           headers={"Idempotency-Key": "bad key with spaces"})
+    assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_idempotency_key")
+
+
+def test_replay_auth(client):
+    url = "/v1/admin/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e/replay"
+    assert client.post(url, json={"reason": "x"}).status_code == 401
+    assert client.post(url, json={"reason": "x"}, headers={"Authorization": "Basic abc"}).status_code == 401
+    response = client.post(url, json={"reason": "x"}, headers={"Authorization": "Bearer wrong"})
+    assert (response.status_code, response.json()["error"]["code"]) == (403, "forbidden")
+
+
+def test_admin_disabled_without_operator_token():
+    app = create_app(Settings(operator_token=""), connect=False)
+    with TestClient(app) as test_client:
+        app.state.pool = Untouchable()
+        response = test_client.post("/v1/admin/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e/replay",
+                                    json={"reason": "x"}, headers={"Authorization": "Bearer "})
+        assert response.status_code == 401
+        response = test_client.post("/v1/admin/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e/replay",
+                                    json={"reason": "x"}, headers={"Authorization": "Bearer anything"})
+        assert response.status_code == 403
+        app.state.pool = None
+
+
+def test_unknown_routes_use_the_error_envelope(client):
+    response = client.get("/v1/nope")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_database_missing_answers_503_with_retry_after():
+    app = create_app(Settings(), connect=False)
+    with TestClient(app) as test_client:
+        response = test_client.get("/v1/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e")
+        assert response.status_code == 503 and "retry-after" in response.headers
+        assert json.loads(response.text)["error"]["code"] == "database_unavailable"
