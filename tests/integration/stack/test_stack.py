@@ -152,7 +152,8 @@ def test_reset_peer_and_limit_data_break_connections(stack: Stack, tenant):
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(tenant.proxied.database_url, connect_timeout=2)
     toxi.reset()
-    toxi.limit_data("s3", 64)  # the response is cut after 64 bytes
+    # The request is cut after 64 bytes. (Downstream, Toxiproxy forwards the whole first chunk before closing.)
+    toxi.limit_data("s3", 64, stream="upstream")
     client = s3_client(tenant.proxied.s3_endpoint_url, timeout=2)
     with pytest.raises(Exception):
         client.list_objects_v2(Bucket=tenant.bucket)
