@@ -25,6 +25,7 @@ default_pass = {password}
 default_user_tags.administrator = true
 log.console = false
 log.file.level = warning
+collect_statistics_interval = 500
 """
 
 
