@@ -103,6 +103,8 @@ def cmd_check(args) -> int:
         results = check_run_dir(run_dir, write=not args.no_write)
     print(f"verdict: {results['verdict'].upper()}")
     _print_verdict(results)
+    for scenario in results.get("scenarios", []):
+        print(f"  {scenario['verdict']:8} {scenario['name']} (seed {scenario['seed']})")
     if stored is not None:
         same = stored["verdict"] == results["verdict"]
         print(f"stored verdict: {stored['verdict'].upper()} — {'same' if same else 'DIFFERENT'}")

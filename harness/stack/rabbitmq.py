@@ -115,6 +115,7 @@ class RabbitMQ:
 
     def stop_all(self) -> None:
         if self.process:
-            self.process.stop(grace=15)
+            # Its data is not needed after a teardown, and a graceful RabbitMQ stop takes ~13 s.
+            self.process.stop(grace=3)
         if self.epmd_process:
             self.epmd_process.kill()

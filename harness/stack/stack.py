@@ -242,7 +242,7 @@ def stop_from_state(run_dir: Path) -> dict:
     for name in order:
         pid = state["pids"].get(name)
         if pid:
-            kill_group_by_pid(pid, grace=15 if name == "rabbitmq" else 5)
+            kill_group_by_pid(pid, grace=5)
     state["stopped"] = True
     state_file.write_text(json.dumps(state, indent=2))
     return state

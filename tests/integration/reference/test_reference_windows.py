@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from conftest import sample_jpeg, wait_for
+from reference_support import sample_jpeg, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -50,8 +50,7 @@ HOSTS = {
 @pytest.mark.parametrize("window", list(HOSTS))
 def test_crash_in_window_then_restart_ends_ready_exactly_once(pipeline, window):
     host = HOSTS[window]
-    for role in ("api", "relay", "worker", "sweeper"):
-        pipeline.start(role, **({"FAILPOINTS": f"{window}=1*crash"} if role == host else {}))
+    pipeline.start_all(**{host: {"FAILPOINTS": f"{window}=1*crash"}})
     response = pipeline.upload(sample_jpeg(3))
     assert response.status_code == 202
     attachment_id = response.json()["attachment_id"]
@@ -70,9 +69,7 @@ def test_crash_in_window_then_restart_ends_ready_exactly_once(pipeline, window):
 
 
 def test_crash_after_staging_before_record_is_not_accepted_and_the_orphan_is_swept(pipeline):
-    pipeline.start("api", FAILPOINTS="after_staging_before_record=1*crash")
-    for role in ("relay", "worker", "sweeper"):
-        pipeline.start(role)
+    pipeline.start_all(api={"FAILPOINTS": "after_staging_before_record=1*crash"})
     with pytest.raises(httpx.HTTPError):
         pipeline.upload(sample_jpeg(4))  # the API died mid-request: no 202
     api = pipeline.roles["api"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.checkers import (CHECKERS, ack_after_commit, bounded_retries, duplicate_effects, lease_ownership,
+from harness.checkers import (CHECKERS, ack_after_commit, bounded_retries, duplicate_effects, lease_ownership, replay_audit,
                               lost_accepted_work, message_hygiene, run_checks, staging_safety, state_regression)
 from harness.checkers.base import INVALID, UNKNOWN, VALID
 from harness_histories import ATT, JOB, T0, Builder, happy, iso
@@ -293,6 +293,8 @@ def test_staging_safety_catches_old_orphan_and_deleted_original():
     assert verdict.status == INVALID and "orphan" in verdict.evidence[0]["message"]
     b.final["bucket_objects"] = [{"key": "staging/orphan", "size": 5, "last_modified": iso(T0 + 999)}]
     assert staging_safety.check(b.history(), b.final, b.run).status == VALID
+    b.final["bucket_objects"].append({"key": "variants/never-committed/thumb", "size": 5, "last_modified": iso(T0)})
+    assert staging_safety.check(b.history(), b.final, b.run).status == VALID  # not staging: not an orphan
     b.final["attachments"][ATT]["objects"][f"staging/{ATT}"]["exists"] = False
     assert staging_safety.check(b.history(), b.final, b.run).status == INVALID
 
@@ -335,3 +337,52 @@ def test_ack_after_commit_peeks_without_the_job_prove_an_early_ack():
     ev = verdict.evidence[0]
     assert ev["attachment_id"] == ATT and "acked before" in ev["message"]
     assert len(ev["peeked"]) == 3 and ev["lines"][0] == 4  # the crash line comes first
+
+
+# --- replay audit -----------------------------------------------------------------------------------------------
+
+def replayed(builder, unauth=401, status=202, actor="operator:api", end="failed"):
+    builder.upload(0, kind="poison")
+    builder.add(3, "invoke", op="r1", f="replay", attachment_id=ATT)
+    builder.add(3.1, "ok" if status == 202 else "fail", op="r1", f="replay", attachment_id=ATT, status=status,
+                unauthenticated_status=unauth)
+    steps = [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+             (2, "processing", "failed", 1, "worker"), (3.05, "failed", "queued", 2, actor)]
+    if end != "queued":
+        steps += [(4, "queued", "processing", 2, "worker"), (5, "processing", end, 2, "worker")]
+    builder.transitions(ATT, steps, error_code="decode_failed")
+    return builder
+
+
+def test_replay_audit_valid_for_an_authenticated_audited_bounded_replay():
+    b = replayed(Builder())
+    verdict = replay_audit.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised
+    assert state_regression.check(b.history(), b.final, b.run).status == VALID
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"unauth": 202}, "without a token"),
+    ({"status": 409}, "not 202"),
+    ({"actor": "worker:x"}, "not the operator"),
+    ({"end": "queued"}, "did not end terminal"),
+])
+def test_replay_audit_rejects_contract_breaks(kwargs, fragment):
+    b = replayed(Builder(), **kwargs)
+    verdict = replay_audit.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and any(fragment in e["message"] for e in verdict.evidence)
+
+
+# --- fault coverage ---------------------------------------------------------------------------------------------
+
+def test_fault_coverage_is_unknown_when_a_scheduled_fault_never_happened():
+    from harness.checkers import fault_coverage
+
+    b = happy()
+    b.run["schedule"] = [{"index": 0, "action": "failpoint", "window": "after_commit_before_ack"},
+                         {"index": 1, "action": "toxic", "service": "s3"}]
+    b.add(1, "fault", action="toxic", phase="start", service="s3")
+    verdict = fault_coverage.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "after_commit_before_ack fired 0 times" in verdict.evidence[0]["message"]
+    b.add(2, "fault", action="crash", phase="hit", role="worker", window="after_commit_before_ack")
+    assert fault_coverage.check(b.history(), b.final, b.run).status == VALID

@@ -42,7 +42,8 @@ def test_amqp_properties_map_the_contract():
 
 def test_timestamps_are_rfc3339_utc():
     assert rfc3339(datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)) == "2026-01-02T03:04:05Z"
-    assert rfc3339(datetime(2026, 1, 2, 3, 4, 5, 7, tzinfo=timezone(timedelta(hours=2)))) == "2026-01-02T01:04:05.000007Z"
+    plus_two = timezone(timedelta(hours=2))
+    assert rfc3339(datetime(2026, 1, 2, 3, 4, 5, 7, tzinfo=plus_two)) == "2026-01-02T01:04:05.000007Z"
 
 
 @pytest.mark.parametrize("mutate", [

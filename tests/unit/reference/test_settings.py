@@ -37,6 +37,11 @@ def test_renew_must_be_shorter_than_lease():
         Settings(lease_seconds=5, lease_renew_seconds=5)
 
 
+def test_renew_defaults_to_a_third_of_the_lease(monkeypatch):
+    monkeypatch.delenv("LEASE_RENEW_SECONDS", raising=False)
+    assert Settings(lease_seconds=4).lease_renew_seconds == pytest.approx(4 / 3)
+
+
 def test_level_is_3_or_4():
     with pytest.raises(ValidationError):
         Settings(level=5)

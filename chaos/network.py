@@ -1,0 +1,36 @@
+"""Network faults through Toxiproxy: cut, blackhole, reset_peer and latency on postgres, rabbitmq or s3."""
+
+from __future__ import annotations
+
+KINDS = ("cut", "blackhole", "reset_peer", "latency")
+
+
+class NetworkFaults:
+    def __init__(self, toxiproxy, history):
+        self.toxiproxy = toxiproxy
+        self.history = history
+
+    def apply(self, service: str, kind: str, params: dict | None = None) -> str | None:
+        """Start a fault; returns the toxic name (None for cut, which disables the proxy)."""
+        params = dict(params or {})
+        self.history.append("fault", action="toxic", toxic=kind, phase="start", service=service, params=params)
+        if kind == "cut":
+            self.toxiproxy.cut(service)
+            return None
+        if kind == "blackhole":
+            return self.toxiproxy.blackhole(service, stream=params.get("stream", "downstream"))
+        if kind == "reset_peer":
+            return self.toxiproxy.reset_peer(service, after_ms=int(params.get("after_ms", 0)),
+                                             stream=params.get("stream", "downstream"))
+        if kind == "latency":
+            return self.toxiproxy.latency(service, ms=int(params.get("ms", 500)),
+                                          jitter_ms=int(params.get("jitter_ms", 0)),
+                                          stream=params.get("stream", "downstream"))
+        raise ValueError(f"unknown network fault {kind!r}; one of {KINDS}")
+
+    def remove(self, service: str, kind: str, toxic_name: str | None) -> None:
+        if kind == "cut":
+            self.toxiproxy.restore(service)
+        elif toxic_name:
+            self.toxiproxy.remove_toxic(service, toxic_name)
+        self.history.append("fault", action="toxic", toxic=kind, phase="end", service=service)

@@ -1,0 +1,47 @@
+"""Did the scenario's faults actually happen? A failpoint that never fired, a trigger that never came or a
+republish with nothing to republish leaves its window untested: the run says `unknown`, not `valid`."""
+
+from __future__ import annotations
+
+from .base import UNKNOWN, VALID, Verdict, evidence, seed_of
+
+NAME = "fault_coverage"
+REQUIREMENTS: list[str] = []
+
+
+def _happened(step: dict, history) -> tuple[bool, str]:
+    action = step.get("action")
+    faults = history.of_type("fault")
+    if action == "failpoint":
+        hit = [e for e in faults if e.get("phase") == "hit" and e.get("window") == step.get("window")]
+        return bool(hit), f"failpoint {step.get('window')} fired {len(hit)} times"
+    if action in ("sigkill", "sigstop"):
+        done = [e for e in faults if e.get("action") == action and e.get("phase") == "start"]
+        return bool(done), f"{action} sent {len(done)} times"
+    if action in ("toxic", "restart_service"):
+        done = [e for e in faults if e.get("action") == action and e.get("phase") == "start"
+                and e.get("service") == step.get("service")]
+        return bool(done), f"{action} on {step.get('service')} {len(done)} times"
+    if action == "republish":
+        done = [e for e in faults if e.get("action") == "republish" and e.get("phase") == "start" and e.get("jobs")]
+        return bool(done), f"republished {sum(len(e['jobs']) for e in done)} jobs"
+    if action == "replay":
+        done = [e for e in history.of_type("invoke") if e.get("f") == "replay"]
+        return bool(done), f"{len(done)} replays requested"
+    if action == "start_instance":
+        return True, "instance started"
+    return False, f"unknown action {action!r}"
+
+
+def check(history, final, run) -> Verdict:
+    missing, done = [], []
+    for step in run.get("schedule") or []:
+        happened, what = _happened(step, history)
+        (done if happened else missing).append(evidence(f"fault {step.get('index')} ({step.get('action')}): {what}",
+                                                        fault=step.get("index")))
+    if missing:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS,
+                       f"{len(missing)} scheduled faults did not happen: their windows were not tested",
+                       evidence=missing, seed=seed_of(run))
+    return Verdict(NAME, VALID, REQUIREMENTS, f"all {len(done)} scheduled faults happened", exercised=bool(done),
+                   evidence=done, seed=seed_of(run))

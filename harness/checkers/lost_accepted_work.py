@@ -1,0 +1,64 @@
+"""Invariant 1 — no lost accepted work (BE-JOB-001, BE-JOB-003).
+
+Every upload answered 202 ends ``ready`` with every variant its level promises,
+or ``failed`` with an error_code when the input was deliberately bad. Operations
+with unknown outcome (``info``) are neither lost nor successful (Jepsen); a
+client retry with the same Idempotency-Key that gets a 202 makes them accepted.
+"""
+
+from __future__ import annotations
+
+from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence,
+                   final_read_ok, level_of, seed_of)
+
+NAME = "lost_accepted_work"
+REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
+
+
+def check(history, final, run) -> Verdict:
+    accepted = accepted_attachments(history)
+    if not final_read_ok(final):
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", evidence=[
+            evidence("final read failed", errors=(final or {}).get("errors"))], seed=seed_of(run))
+    promised = LEVEL_VARIANTS.get(level_of(run), LEVEL_VARIANTS[3])
+    records = final.get("attachments", {})
+    problems, unknowns = [], []
+    for attachment_id, acc in sorted(accepted.items()):
+        invoke, ok = acc["invoke"], acc["ok"]
+        bad_input = invoke.get("kind") in ("bad", "poison")
+        record = records.get(attachment_id)
+        if record is None or record.get("status") is None:
+            unknowns.append(evidence("attachment not read at the end", attachment_id=attachment_id,
+                                     job_id=ok.get("job_id"), events=[invoke, ok]))
+            continue
+        if record["status"] == 404:
+            problems.append(evidence("accepted (202) but unknown to the API (404)", attachment_id=attachment_id,
+                                     job_id=ok.get("job_id"), events=[invoke, ok]))
+            continue
+        body = record.get("body") or {}
+        state = body.get("state")
+        base = dict(attachment_id=attachment_id, job_id=ok.get("job_id"), events=[invoke, ok],
+                    final_state=state, attempt=body.get("attempt"), sample=invoke.get("sample"))
+        if state == "ready":
+            names = {v.get("name") for v in body.get("variants") or []}
+            missing = [v for v in promised if v not in names]
+            if missing:
+                problems.append(evidence(f"ready without promised variants {missing}", **base))
+            elif bad_input and invoke.get("kind") == "bad":
+                pass  # a lenient implementation may decode a file we thought bad; not a loss
+        elif state == "failed":
+            if not bad_input:
+                problems.append(evidence("good input ended failed", error_code=body.get("error_code"), **base))
+            elif not body.get("error_code"):
+                problems.append(evidence("failed without an error_code", **base))
+        else:
+            problems.append(evidence(f"accepted work never finished: still {state!r} after drain", **base))
+    if problems:
+        return Verdict(NAME, INVALID, REQUIREMENTS,
+                       f"{len(problems)} of {len(accepted)} accepted uploads lost or incomplete",
+                       evidence=problems + unknowns, seed=seed_of(run))
+    if unknowns:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"{len(unknowns)} accepted uploads could not be read",
+                       evidence=unknowns, seed=seed_of(run))
+    return Verdict(NAME, VALID, REQUIREMENTS, f"all {len(accepted)} accepted uploads reached a terminal state",
+                   exercised=bool(accepted), seed=seed_of(run))

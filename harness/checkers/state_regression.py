@@ -1,0 +1,51 @@
+"""Invariant 3 — no regression (BE-JOB-002, BE-JOB-006).
+
+Each attachment's transitions form a path in DESIGN §2 starting null→queued,
+each ``from`` equal to the previous ``to``; ``ready`` is final (level 5 rules
+aside) and ``failed``→``queued`` only by an operator replay. The states seen by
+polling during the run must also never go from ``ready`` back to anything else.
+"""
+
+from __future__ import annotations
+
+from .base import ALLOWED_TRANSITIONS, INVALID, VALID, Verdict, evidence, seed_of, transitions_of
+
+NAME = "state_regression"
+REQUIREMENTS = ["BE-JOB-002", "BE-JOB-006"]
+
+
+def check(history, final, run) -> Verdict:
+    problems = []
+    ids = set(final.get("attachments", {}) if final else {}) | {
+        e["attachment_id"] for e in history.of_type("transition", "state") if e.get("attachment_id")}
+    for attachment_id in sorted(ids):
+        trans = transitions_of(history, final or {}, attachment_id)
+        previous = None
+        for index, t in enumerate(trans):
+            pair = (t["from"], t["to"])
+            where = dict(attachment_id=attachment_id, seq=t["seq"], at=t["at_text"], attempt=t["attempt"],
+                         actor=t["actor"], reason=t["reason"], history_line=t["line"])
+            if index == 0 and t["from"] is not None:
+                problems.append(evidence(f"first transition starts from {t['from']!r}, not null", **where))
+            if index > 0 and t["from"] != previous:
+                problems.append(evidence(f"transition {pair} does not continue from {previous!r}", **where))
+            if pair not in ALLOWED_TRANSITIONS:
+                problems.append(evidence(f"transition {t['from']}→{t['to']} is not in DESIGN §2", **where))
+            elif pair == ("failed", "queued") and not (t["actor"] or "").startswith(("operator", "admin")):
+                problems.append(evidence("failed→queued without an operator replay", **where))
+            previous = t["to"]
+        seen_ready = None
+        for e in history.of_type("state"):
+            if e.get("attachment_id") != attachment_id:
+                continue
+            if seen_ready and e.get("state") != "ready":
+                problems.append(evidence(f"polled state went ready → {e.get('state')}", attachment_id=attachment_id,
+                                         events=[seen_ready, e]))
+                break
+            if e.get("state") == "ready":
+                seen_ready = e
+    if problems:
+        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} illegal transitions", evidence=problems,
+                       seed=seed_of(run))
+    return Verdict(NAME, VALID, REQUIREMENTS, f"{len(ids)} attachments followed DESIGN §2 paths",
+                   exercised=bool(ids), seed=seed_of(run))

@@ -1,0 +1,93 @@
+"""Reading the final state after draining: the API's view of every attachment, S3 objects, queues."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timezone
+
+import httpx
+
+
+def iso_now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def s3_client(env: dict):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=env["S3_ENDPOINT_URL"], aws_access_key_id=env["S3_ACCESS_KEY"],
+                        aws_secret_access_key=env["S3_SECRET_KEY"], region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, connect_timeout=5, read_timeout=10,
+                                      retries={"max_attempts": 2}, request_checksum_calculation="when_required",
+                                      response_checksum_validation="when_required"))
+
+
+def read_object(s3, bucket: str, key: str) -> dict:
+    try:
+        response = s3.get_object(Bucket=bucket, Key=key)
+    except s3.exceptions.NoSuchKey:
+        return {"exists": False}
+    except Exception as exc:
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+        if code in ("NoSuchKey", "404"):
+            return {"exists": False}
+        return {"exists": None, "error": repr(exc)[:200]}
+    data = response["Body"].read()
+    return {"exists": True, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
+            "last_modified": response["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z")}
+
+
+def list_bucket(s3, bucket: str) -> list[dict]:
+    out, token = [], None
+    while True:
+        kwargs = {"Bucket": bucket, **({"ContinuationToken": token} if token else {})}
+        page = s3.list_objects_v2(**kwargs)
+        for item in page.get("Contents", []):
+            out.append({"key": item["Key"], "size": item["Size"],
+                        "last_modified": item["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z")})
+        if not page.get("IsTruncated"):
+            return out
+        token = page.get("NextContinuationToken")
+
+
+def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None, events: bool = True) -> dict:
+    final = {"read_ok": True, "errors": [], "attachments": {}, "read_at": iso_now()}
+    s3 = s3_client(s3_env)
+    bucket = s3_env["S3_BUCKET"]
+    with httpx.Client(base_url=base_url, timeout=10) as client:
+        for attachment_id in attachment_ids:
+            record: dict = {"status": None}
+            try:
+                response = client.get(f"/v1/attachments/{attachment_id}")
+                record["status"] = response.status_code
+                record["body"] = response.json() if response.status_code == 200 else None
+                if events and response.status_code == 200:
+                    record["events"] = client.get(f"/v1/attachments/{attachment_id}/events").json().get("events", [])
+            except Exception as exc:
+                final["read_ok"] = False
+                final["errors"].append(f"{attachment_id}: {exc!r}")
+                final["attachments"][attachment_id] = record
+                continue
+            objects = {}
+            body = record.get("body") or {}
+            for item in [body.get("original") or {}] + list(body.get("variants") or []):
+                if item.get("key"):
+                    objects[item["key"]] = read_object(s3, bucket, item["key"])
+            record["objects"] = objects
+            final["attachments"][attachment_id] = record
+    try:
+        final["bucket_objects"] = list_bucket(s3, bucket)
+    except Exception as exc:
+        final["bucket_objects"] = None
+        final["errors"].append(f"bucket listing: {exc!r}")
+    if tap is not None:
+        try:
+            final["queues"] = tap.sample()
+            if tap.dead_letter_queue:
+                final["dead_letters"] = [
+                    {"routing_key": m.get("routing_key"), "payload": m.get("payload", "")[:2000]}
+                    for m in tap.m.get(tap.dead_letter_queue, 50, requeue=True)]
+        except Exception as exc:
+            final["errors"].append(f"queues: {exc!r}")
+    return final

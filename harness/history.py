@@ -1,0 +1,135 @@
+"""The history of one run: every client operation, observation and fault, as JSON lines.
+
+Jepsen style: the workload, the observers and the nemesis only *append* facts here;
+checkers later read the stored file and nothing else (plus final.json and run.json).
+Each line has a sequence number, a monotonic time relative to the run start
+(``t``, seconds) and a wall-clock time (``wall``, epoch seconds) so it can be
+compared with the server's own timestamps on the same machine.
+
+Line types (field ``type``):
+  invoke / ok / fail / info   a client operation (``op`` id); info = outcome unknown
+  transition                  a state transition read from GET /events
+  state                       a state observed by polling GET /v1/attachments/{id}
+  message                     a message seen on the tap queue
+  queue                       a queue-depth sample (ready, unacked)
+  fault                       a nemesis action (``phase`` start / end / hit)
+  role                        a role started / exited / restarted
+  phase                       a scenario phase marker (workload, faults, heal, drain ...)
+  note                        anything else worth keeping
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+EVENT_TYPES = frozenset(
+    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "fault", "role", "phase", "note"}
+)
+
+
+class HistoryWriter:
+    """Thread-safe append-only JSONL writer; flushes every line so a crash of the harness keeps them."""
+
+    def __init__(self, path: Path, clock=time.monotonic, wall=time.time):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._wall = wall
+        self._t0 = clock()
+        self._seq = 0
+
+    def now(self) -> float:
+        return round(self._clock() - self._t0, 6)
+
+    def append(self, type_: str, **fields: Any) -> dict:
+        if type_ not in EVENT_TYPES:
+            raise ValueError(f"unknown history event type {type_!r}")
+        with self._lock:
+            self._seq += 1
+            line = {"seq": self._seq, "t": self.now(), "wall": round(self._wall(), 6), "type": type_, **fields}
+            self._file.write(json.dumps(line, sort_keys=True, default=str) + "\n")
+            self._file.flush()
+            return line
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass(frozen=True)
+class History:
+    """A loaded history: a list of event dicts, each with ``line`` (1-based line number in the file)."""
+
+    events: tuple[dict, ...]
+
+    @classmethod
+    def load(cls, path: Path) -> "History":
+        return cls.from_lines(Path(path).read_text(encoding="utf-8").splitlines())
+
+    @classmethod
+    def from_lines(cls, lines: Iterable[str]) -> "History":
+        events = []
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            event = json.loads(raw)
+            event["line"] = number
+            events.append(event)
+        return cls(tuple(events))
+
+    @classmethod
+    def from_events(cls, events: Iterable[dict]) -> "History":
+        """Build a history from dicts (tests, hand-made histories); fills seq/t/wall/line if missing."""
+        out = []
+        for number, event in enumerate(events, start=1):
+            e = {"seq": number, "t": float(number), "wall": 1_700_000_000.0 + number, **event}
+            e.setdefault("line", number)
+            out.append(e)
+        return cls(tuple(out))
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def of_type(self, *types: str) -> list[dict]:
+        return [e for e in self.events if e["type"] in types]
+
+    def operations(self) -> dict[str, dict]:
+        """Pair every invoke with its completion: op id -> {"invoke": ev, "complete": ev|None}."""
+        ops: dict[str, dict] = {}
+        for e in self.events:
+            if e["type"] == "invoke":
+                ops[e["op"]] = {"invoke": e, "complete": None}
+            elif e["type"] in ("ok", "fail", "info") and e.get("op") in ops:
+                ops[e["op"]]["complete"] = e
+        return ops
+
+    def accepted(self) -> list[tuple[dict, dict]]:
+        """(invoke, ok) pairs of uploads that got a 202: the accepted work."""
+        return [
+            (o["invoke"], o["complete"])
+            for o in self.operations().values()
+            if o["complete"] is not None and o["complete"]["type"] == "ok" and o["complete"].get("attachment_id")
+        ]
+
+
+def excerpt(event: dict) -> dict:
+    """A compact copy of a history line for evidence."""
+    keep = {k: v for k, v in event.items() if k not in ("body_raw",)}
+    return keep

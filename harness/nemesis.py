@@ -1,0 +1,35 @@
+"""The fault schedule of a scenario, resolved from the seed, and its execution.
+
+Resolution (``resolve_schedule``) is pure: the same scenario and seed give the
+same list of steps with the same delays — recorded in run.json so a rerun can
+be compared. Execution lives in the runner (``ScenarioRun._run_step``), which
+drives the chaos package and records every fault in the history.
+"""
+
+from __future__ import annotations
+
+from .seeding import stream
+
+DEFAULTS = {"restart_after": 0.5, "timeout": 30.0}
+
+
+def resolve_schedule(faults: list[dict], seed: int) -> list[dict]:
+    """Each fault with its random choices made: ``at`` + jitter, a delay drawn from ``delay`` [lo, hi]."""
+    rng = stream(seed, "faults")
+    out = []
+    for index, fault in enumerate(faults):
+        step = {**DEFAULTS, **fault, "index": index}
+        if "at" in fault:
+            step["at"] = round(float(fault["at"]) + rng.uniform(0, float(fault.get("jitter", 0))), 3)
+        if "delay" in fault:
+            lo, hi = fault["delay"]
+            step["delay_drawn"] = [round(rng.uniform(lo, hi), 3) for _ in range(int(fault.get("count", 1)))]
+        out.append(step)
+    return out
+
+
+def schedule_fingerprint(schedule: list[dict]) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(schedule, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,269 @@
+"""Observers: what the harness sees of the implementation without touching its internals.
+
+* :class:`ApiObserver` polls ``GET /v1/attachments/{id}`` and ``/events`` of every
+  accepted attachment and records state changes and new transitions.
+* :class:`Tap` binds its own durable queue to the watched exchange with ``#``
+  and drains it through the RabbitMQ management API (a plain HTTP poll, which
+  survives a broker restart without reconnect logic), recording each message;
+  it also samples the depth of the work and dead-letter queues.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import urllib.parse
+
+import httpx
+
+
+def management_auth(amqp_url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(amqp_url)
+    return urllib.parse.unquote(parts.username or "guest"), urllib.parse.unquote(parts.password or "guest")
+
+
+def vhost_of(amqp_url: str) -> str:
+    path = urllib.parse.urlsplit(amqp_url).path
+    return urllib.parse.unquote(path[1:]) if len(path) > 1 else "/"
+
+
+class Poller(threading.Thread):
+    """A daemon thread calling ``tick()`` every ``interval`` seconds until stopped; errors are counted, not fatal."""
+
+    def __init__(self, name: str, interval: float):
+        super().__init__(name=name, daemon=True)
+        self.interval = interval
+        self._halt = threading.Event()
+        self.errors = 0
+        self.last_error: str | None = None
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self.tick()
+            except Exception as exc:  # services under faults fail; keep observing
+                self.errors += 1
+                self.last_error = repr(exc)
+            self._halt.wait(self.interval)
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def halt(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(5)
+
+
+class ApiObserver(Poller):
+    def __init__(self, base_url: str, history, interval: float = 0.1, events: bool = True):
+        super().__init__("api-observer", interval)
+        self.client = httpx.Client(base_url=base_url, timeout=3)
+        self.history = history
+        self.events = events
+        self._ids: list[str] = []
+        self._lock = threading.Lock()
+        self._poll_lock = threading.Lock()
+        self.states: dict[str, str] = {}
+        self.seen_seq: dict[str, set] = {}
+        self.first_seen: dict[str, dict[str, float]] = {}  # attachment -> state -> wall when first observed
+
+    def watch(self, attachment_id: str) -> None:
+        with self._lock:
+            if attachment_id not in self._ids:
+                self._ids.append(attachment_id)
+
+    @property
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._ids)
+
+    def tick(self) -> None:
+        for attachment_id in self.ids:
+            self.poll_one(attachment_id)
+
+    def poll_one(self, attachment_id: str) -> None:
+        # Also called by the nemesis while it waits for a trigger: one poll at a time keeps the record in order.
+        with self._poll_lock:
+            self._poll_one(attachment_id)
+
+    def _poll_one(self, attachment_id: str) -> None:
+        response = self.client.get(f"/v1/attachments/{attachment_id}")
+        if response.status_code != 200:
+            return
+        body = response.json()
+        state = body.get("state")
+        if state != self.states.get(attachment_id):
+            self.states[attachment_id] = state
+            self.first_seen.setdefault(attachment_id, {}).setdefault(state, time.time())
+            self.history.append("state", attachment_id=attachment_id, state=state, attempt=body.get("attempt"),
+                                error_code=body.get("error_code"))
+        if self.events:
+            response = self.client.get(f"/v1/attachments/{attachment_id}/events")
+            if response.status_code != 200:
+                return
+            seen = self.seen_seq.setdefault(attachment_id, set())
+            for event in response.json().get("events", []):
+                if event.get("seq") in seen:
+                    continue
+                seen.add(event.get("seq"))
+                self.history.append("transition", attachment_id=attachment_id, event_seq=event.get("seq"),
+                                    at_server=event.get("at"), attempt=event.get("attempt"),
+                                    actor=event.get("actor"), reason=event.get("reason"),
+                                    **{"from": event.get("from"), "to": event.get("to")})
+                self.first_seen.setdefault(attachment_id, {}).setdefault(event.get("to"), time.time())
+
+    def count_in(self, *states: str) -> int:
+        return sum(1 for s in self.states.values() if s in states)
+
+    def close(self) -> None:
+        self.halt()
+        self.client.close()
+
+
+class Management:
+    """The few RabbitMQ management API calls the harness needs, for one vhost."""
+
+    def __init__(self, management_url: str, amqp_url: str, timeout: float = 5):
+        self.vhost = vhost_of(amqp_url)
+        self.client = httpx.Client(base_url=management_url, auth=management_auth(amqp_url), timeout=timeout)
+
+    def _q(self, name: str) -> str:
+        return f"{urllib.parse.quote(self.vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
+
+    def exchange_exists(self, exchange: str) -> bool:
+        return self.client.get(f"/api/exchanges/{self._q(exchange)}").status_code == 200
+
+    def declare_tap(self, queue: str, exchange: str) -> None:
+        response = self.client.put(f"/api/queues/{self._q(queue)}", json={"durable": True, "auto_delete": False,
+                                                                         "arguments": {"x-queue-type": "classic"}})
+        response.raise_for_status()
+        response = self.client.post(f"/api/bindings/{urllib.parse.quote(self.vhost, safe='')}/e/"
+                                    f"{urllib.parse.quote(exchange, safe='')}/q/{urllib.parse.quote(queue, safe='')}",
+                                    json={"routing_key": "#"})
+        response.raise_for_status()
+
+    def get(self, queue: str, count: int = 100, requeue: bool = False) -> list[dict]:
+        response = self.client.post(f"/api/queues/{self._q(queue)}/get", json={
+            "count": count, "ackmode": "ack_requeue_true" if requeue else "ack_requeue_false",
+            "encoding": "auto", "truncate": 100000})
+        if response.status_code == 404:
+            return []
+        response.raise_for_status()
+        return response.json()
+
+    def depth(self, queue: str) -> dict | None:
+        response = self.client.get(f"/api/queues/{self._q(queue)}")
+        if response.status_code != 200:
+            return None
+        body = response.json()
+        return {"ready": body.get("messages_ready"), "unacked": body.get("messages_unacknowledged"),
+                "consumers": body.get("consumers")}
+
+    def publish(self, exchange: str, routing_key: str, payload: str, properties: dict) -> bool:
+        response = self.client.post(f"/api/exchanges/{self._q(exchange)}/publish", json={
+            "routing_key": routing_key, "payload": payload, "payload_encoding": "string",
+            "properties": properties})
+        response.raise_for_status()
+        return bool(response.json().get("routed"))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def decode_payload(message: dict) -> tuple[dict | None, str]:
+    raw = message.get("payload", "")
+    if message.get("payload_encoding") == "base64":
+        raw = base64.b64decode(raw).decode("utf-8", "replace")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None, raw
+    return (body if isinstance(body, dict) else None), raw
+
+
+def amqp_queue_depth(amqp_url: str, queue: str, timeout: float = 5.0) -> dict | None:
+    """Exact, real-time ready-message and consumer counts by a passive declare (the management API's counts
+    lag by its statistics interval and may even be stale after draining). None if the queue is unreachable."""
+    import asyncio
+
+    import aio_pika
+
+    async def probe():
+        connection = await aio_pika.connect(amqp_url, timeout=timeout)
+        try:
+            channel = await connection.channel()
+            declared = await channel.declare_queue(queue, passive=True)
+            result = declared.declaration_result
+            return {"ready": result.message_count, "consumers": result.consumer_count, "source": "amqp"}
+        finally:
+            await connection.close()
+
+    try:
+        return asyncio.run(asyncio.wait_for(probe(), timeout + 2))
+    except Exception:
+        return None
+
+
+class Tap(Poller):
+    def __init__(self, management: Management, history, exchange: str, work_queue: str,
+                 dead_letter_queue: str | None, tap_queue: str = "harness.tap", interval: float = 0.2,
+                 sample_every: float = 1.0):
+        super().__init__("tap", interval)
+        self.m = management
+        self.history = history
+        self.exchange = exchange
+        self.work_queue = work_queue
+        self.dead_letter_queue = dead_letter_queue
+        self.tap_queue = tap_queue
+        self.sample_every = sample_every
+        self._last_sample = 0.0
+        self.messages: list[dict] = []  # (body, raw, properties) of every tapped message, for republishing
+        self._lock = threading.Lock()
+
+    def bind(self, timeout: float = 30) -> None:
+        """Wait for the implementation's setup to create the exchange, then bind the tap queue to it."""
+        deadline = time.monotonic() + timeout
+        while not self.m.exchange_exists(self.exchange):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"exchange {self.exchange!r} did not appear in {timeout}s")
+            time.sleep(0.2)
+        self.m.declare_tap(self.tap_queue, self.exchange)
+
+    def tick(self) -> None:
+        self.drain_once()
+        now = time.monotonic()
+        if now - self._last_sample >= self.sample_every:
+            self._last_sample = now
+            self.sample()
+
+    def drain_once(self) -> int:
+        got = self.m.get(self.tap_queue, 100)
+        for message in got:
+            body, raw = decode_payload(message)
+            properties = message.get("properties") or {}
+            self.history.append("message", exchange=message.get("exchange"), routing_key=message.get("routing_key"),
+                                properties={k: properties.get(k) for k in ("message_id", "content_type",
+                                                                          "delivery_mode", "headers", "timestamp")},
+                                body=body, body_raw=None if body is not None else raw[:2000])
+            with self._lock:
+                self.messages.append({"body": body, "raw": raw, "properties": properties,
+                                      "routing_key": message.get("routing_key")})
+        return len(got)
+
+    def sample(self) -> dict:
+        out = {}
+        for queue, dead in ((self.work_queue, False), (self.dead_letter_queue, True)):
+            if not queue:
+                continue
+            depth = self.m.depth(queue)
+            if depth is not None:
+                out["dead" if dead else "work"] = depth
+                self.history.append("queue", queue=queue, dead_letter=dead, **depth)
+        return out
+
+    def tapped(self) -> list[dict]:
+        with self._lock:
+            return list(self.messages)

@@ -1,0 +1,43 @@
+"""junit.xml for CI systems: one testsuite per scenario, one testcase per invariant."""
+
+from __future__ import annotations
+
+import json
+from xml.etree import ElementTree as ET
+
+
+def _suite(parent, scenario_result: dict) -> ET.Element:
+    verdicts = scenario_result.get("verdicts") or []
+    name = (scenario_result.get("scenario") or {}).get("name") or scenario_result.get("name")
+    failures = sum(v["status"] == "invalid" for v in verdicts)
+    errors = sum(v["status"] == "unknown" for v in verdicts) + (1 if scenario_result.get("error") else 0)
+    suite = ET.SubElement(parent, "testsuite", name=str(name), tests=str(len(verdicts) + (1 if scenario_result.get("error") else 0)),
+                          failures=str(failures), errors=str(errors),
+                          time=f"{sum(v for v in (scenario_result.get('timings') or {}).values() if isinstance(v, (int, float))):.3f}")
+    props = ET.SubElement(suite, "properties")
+    ET.SubElement(props, "property", name="seed", value=str(scenario_result.get("seed")))
+    ET.SubElement(props, "property", name="reproduce", value=str(scenario_result.get("reproduce", "")))
+    if scenario_result.get("error"):
+        case = ET.SubElement(suite, "testcase", classname=f"harness.{name}", name="run")
+        ET.SubElement(case, "error", message=scenario_result["error"])
+    for v in verdicts:
+        case = ET.SubElement(suite, "testcase", classname=f"harness.{name}", name=v["invariant"])
+        text = json.dumps(v.get("evidence", [])[:10], indent=1, default=str)
+        if v["status"] == "invalid":
+            ET.SubElement(case, "failure", message=v["summary"], type="invalid").text = text
+        elif v["status"] == "unknown":
+            ET.SubElement(case, "error", message=v["summary"], type="unknown").text = text
+        elif not v.get("exercised", True):
+            ET.SubElement(case, "system-out").text = f"not exercised: {v['summary']}"
+    return suite
+
+
+def render(results: dict) -> str:
+    root = ET.Element("testsuites", name=f"harness {results.get('run_id')}")
+    if results.get("kind") == "grade":
+        for scenario in results.get("scenarios", []):
+            _suite(root, scenario)
+    else:
+        _suite(root, results)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

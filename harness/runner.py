@@ -1,0 +1,634 @@
+"""Run one scenario against one implementation on a running stack, and store everything in a run directory.
+
+Order: fresh tenant → setup command → tap bound → roles started → observers →
+pre-workload faults (failpoint arming, holds) → workload + timed faults →
+heal (verified) → drain → final read → roles stopped → run.json, final.json →
+checkers → reports. Every phase's duration is kept in run.json["timings"].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
+
+from . import checkers, workload
+from .final_state import read_final
+from .history import History, HistoryWriter
+from .nemesis import resolve_schedule, schedule_fingerprint
+from .observe import ApiObserver, Management, Tap, amqp_queue_depth, decode_payload
+from .schemas import REPO_ROOT
+from .supervisor import Supervisor
+
+REPORTS_DIR = REPO_ROOT / "reports" / "runs"
+TERMINAL = ("ready", "failed")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def new_run_id(name: str, seed: int) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{name}-s{seed}-{os.getpid() % 10000:04d}{random.randrange(100):02d}"
+
+
+class ScenarioRun:
+    def __init__(self, scenario, adapter, stack, seed: int, level: int | None = None, run_dir: Path | None = None,
+                 progress=None):
+        self.scenario = scenario
+        self.adapter = adapter
+        self.stack = stack
+        self.seed = int(seed)
+        self.level = int(level or adapter.level)
+        self.run_dir = Path(run_dir or REPORTS_DIR / new_run_id(scenario.name, self.seed))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.say = progress or (lambda text: None)
+        self.timings: dict[str, float] = {}
+        self.stopping = threading.Event()
+        self.held: set[str] = set()
+        self.hits: dict[str, threading.Event] = {}
+        self.window_hits: list[dict] = []
+        self.restart_timers: list[threading.Timer] = []
+        self.restart_after: dict[str, float] = {}
+        self.schedule = resolve_schedule(list(scenario.raw.get("faults") or []), self.seed)
+        w = scenario.raw["workload"]
+        self.ops = workload.plan(self.seed, int(w.get("uploads", 0)), int(w.get("bad", 0)), int(w.get("poison", 0)),
+                                 int(w.get("max_side", 96)))
+        self.t0 = time.monotonic()
+
+    # --- helpers --------------------------------------------------------------------------------
+    @contextmanager
+    def phase(self, name: str):
+        began = time.monotonic()
+        self.history.append("phase", name=f"{name}_start")
+        try:
+            yield
+        finally:
+            took = time.monotonic() - began
+            self.timings[name] = round(self.timings.get(name, 0) + took, 3)
+            self.history.append("phase", name=f"{name}_end", seconds=round(took, 3))
+
+    def log(self, text: str) -> None:
+        self.say(f"[{time.monotonic() - self.t0:6.1f}s] {self.scenario.name}: {text}")
+
+    def instances_of(self, role: str) -> list[str]:
+        return [n for n, i in self.supervisor.instances.items() if i.role == role]
+
+    def expected_running(self) -> set[str]:
+        return {n for n in self.supervisor.instances if n not in self.held and n not in self.extra_stopped}
+
+    # --- the run --------------------------------------------------------------------------------
+    def execute(self) -> dict:
+        self.history = HistoryWriter(self.run_dir / "history.jsonl")
+        self.history.append("note", message="run start", scenario=self.scenario.name, seed=self.seed,
+                            sut=self.adapter.name, level=self.level,
+                            workload_fingerprint=workload.fingerprint(self.ops),
+                            schedule_fingerprint=schedule_fingerprint(self.schedule))
+        self.extra_stopped: set[str] = set()
+        error = None
+        final = {"read_ok": False, "errors": ["run did not reach the final read"], "attachments": {}}
+        self.supervisor = None
+        self.observer = self.tap = None
+        try:
+            with self.phase("setup"):
+                self._setup()
+            with self.phase("start_roles"):
+                self._start_roles()
+            with self.phase("faults_and_workload"):
+                self._workload_and_faults()
+            with self.phase("heal"):
+                self._heal()
+            with self.phase("drain"):
+                self._drain()
+            with self.phase("final_read"):
+                final = read_final(self.base_url, self._attachment_ids(), self.env_direct, self.tap,
+                                   events=self.adapter.has("events"))
+                work = amqp_queue_depth(self.tenant.direct.amqp_url, self.adapter.broker["work_queue"])
+                if work is not None:
+                    final.setdefault("queues", {})["work"] = work
+                    self.history.append("queue", queue=self.adapter.broker["work_queue"], dead_letter=False,
+                                        final=True, **work)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self.log(f"run error: {error}")
+            self.history.append("note", message="run error", error=error)
+        finally:
+            with self.phase("stop"):
+                self._teardown()
+        run = self.run_record(error)
+        (self.run_dir / "final.json").write_text(json.dumps(final, indent=1, sort_keys=True, default=str))
+        (self.run_dir / "run.json").write_text(json.dumps(run, indent=1, sort_keys=True, default=str))
+        self.history.close()
+        from .report import write_scenario_reports
+
+        began = time.monotonic()
+        results = check_run_dir(self.run_dir, write=False)
+        run["timings"]["check"] = round(time.monotonic() - began, 3)
+        (self.run_dir / "run.json").write_text(json.dumps(run, indent=1, sort_keys=True, default=str))
+        results["timings"] = run["timings"]
+        write_scenario_reports(self.run_dir, results)
+        return results
+
+    def run_record(self, error) -> dict:
+        return {
+            "run_id": self.run_dir.name,
+            "scenario": self.scenario.to_dict(),
+            "seed": self.seed,
+            "level": self.level,
+            "adapter": self.adapter.summary(),
+            "workload": [op.describe() for op in self.ops],
+            "workload_fingerprint": workload.fingerprint(self.ops),
+            "schedule": self.schedule,
+            "schedule_fingerprint": schedule_fingerprint(self.schedule),
+            "window_hits": self.window_hits,
+            "timings": dict(self.timings),
+            "error": error,
+            "started_at": datetime.fromtimestamp(time.time() - (time.monotonic() - self.t0), timezone.utc).isoformat(),
+        }
+
+    # --- phases ---------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        tenant_name = f"h{self.seed % 100000}-{self.run_dir.name[-6:]}-{self.scenario.name[:20]}"
+        self.tenant = self.stack.new_tenant(tenant_name)
+        self.port = int(self.adapter.http["port"]) or free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        common = {**os.environ, **self.adapter.env, "HTTP_PORT": str(self.port), "LEVEL": str(self.level),
+                  "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": ""}
+        common.pop("VIRTUAL_ENV", None)
+        self.env = {**common, **self.tenant.env(proxied=True)}
+        self.env_direct = self.tenant.env(proxied=False)
+        setup = self.adapter.setup
+        if setup:
+            command = self.adapter.resolve_command(setup["command"])
+            self.log(f"setup: {' '.join(command)}")
+            (self.run_dir / "logs").mkdir(exist_ok=True)
+            with open(self.run_dir / "logs" / "setup.log", "wb") as log:
+                done = subprocess.run(command, env={**self.env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
+                                      stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
+                                      start_new_session=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"setup command exited {done.returncode}; see logs/setup.log")
+        broker = self.adapter.broker
+        self.management = Management(self.tenant.rabbitmq_management_url, self.tenant.direct.amqp_url)
+        self.tap = Tap(self.management, self.history, broker["exchange"], broker["work_queue"],
+                       broker.get("dead_letter_queue"))
+        self.tap.bind()
+
+    def _start_roles(self) -> None:
+        self.supervisor = Supervisor(self.run_dir, self.history, on_exit=self._on_exit)
+        counts = self.scenario.raw.get("roles") or {}
+        for name, role in self.adapter.roles.items():
+            command = self.adapter.resolve_command(role.command)
+            for index in range(int(counts.get(name, role.instances))):
+                instance = name if index == 0 else f"{name}#{index + 1}"
+                self.supervisor.add(instance, name, command, {**self.env, **role.env})
+        # A failpoint armed before the workload is armed at first start: no extra restart needed.
+        for step in self.schedule:
+            if step["action"] == "failpoint" and step.get("at") is None and step.get("when") is None:
+                self._hold(step)
+        for name in self.supervisor.instances:
+            if name not in self.held:
+                self.supervisor.start(name, self._first_start_env(name))
+        self._wait_healthy()
+        self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
+        self.observer.start()
+        self.tap.start()
+
+    def _first_start_env(self, name: str) -> dict:
+        arms = {}
+        for step in self.schedule:
+            if step["action"] == "failpoint" and step.get("at") is None and step.get("when") is None:
+                if self._failpoint_instance(step) == name:
+                    arms[step["window"]] = step.get("spec", "1*crash")
+                    self.history.append("fault", action="failpoint", phase="arm", role=name, window=step["window"],
+                                        spec=step.get("spec", "1*crash"))
+                    self.hits.setdefault(name, threading.Event())
+        from chaos import failpoints_value
+
+        return {"FAILPOINTS": failpoints_value(arms)} if arms else {}
+
+    def _failpoint_instance(self, step) -> str:
+        role = step.get("role") or self.adapter.failpoint_roles[step["window"]]
+        return self.instances_of(role)[0]
+
+    def _wait_healthy(self, timeout: float | None = None) -> None:
+        timeout = timeout or float(self.adapter.http.get("startup_timeout_seconds", 30))
+        deadline = time.monotonic() + timeout
+        path = self.adapter.http.get("health_path", "/healthz")
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.base_url + path, timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.base_url}{path} not healthy after {timeout}s")
+
+    def _on_exit(self, instance, info) -> None:
+        if self.stopping.is_set():
+            return
+        if instance.armed and not info["expected"]:
+            hit = {"role": instance.name, "windows": sorted(instance.armed), "returncode": info["returncode"],
+                   "exactness": "exact", "wall": time.time()}
+            self.window_hits.append(hit)
+            for window in sorted(instance.armed):
+                self.history.append("fault", action="crash", phase="hit", role=instance.name, window=window,
+                                    returncode=info["returncode"])
+            self.log(f"failpoint hit: {instance.name} crashed in {', '.join(sorted(instance.armed))}")
+            self.hits.setdefault(instance.name, threading.Event()).set()
+            self._schedule_restart(instance.name, float(self.restart_after.get(instance.name, 0.5)))
+        elif not info["expected"]:
+            self.history.append("note", message="role exited unexpectedly; restarting", role=instance.name,
+                                returncode=info["returncode"])
+            self._schedule_restart(instance.name, 0.5)
+
+    def _schedule_restart(self, name: str, delay: float) -> None:
+        def restart():
+            if self.stopping.is_set() or name in self.held or name in self.extra_stopped:
+                return
+            try:
+                if not self.supervisor.instances[name].alive():
+                    self.supervisor.start(name, {"FAILPOINTS": ""})
+            except RuntimeError:
+                pass  # heal or the nemesis restarted it first
+        timer = threading.Timer(delay, restart)
+        timer.daemon = True
+        self.restart_timers.append(timer)
+        timer.start()
+
+    def _hold(self, step) -> None:
+        roles = step.get("hold") or []
+        names = [n for r in roles for n in self.instances_of(r)]
+        if not names:
+            return
+        for name in names:
+            self.held.add(name)
+            if self.supervisor.instances[name].alive():
+                self.supervisor.stop(name)
+        self.history.append("phase", name="hold_start", roles=roles, instances=names, fault=step["index"])
+        self.log(f"holding {', '.join(names)} (so lease recovery cannot mask the fault)")
+
+    def _release(self, step) -> None:
+        roles = step.get("hold") or []
+        names = [n for r in roles for n in self.instances_of(r) if n in self.held]
+        if not names:
+            return
+        for name in names:
+            self.held.discard(name)
+            if not self.supervisor.instances[name].alive():
+                self.supervisor.start(name, {"FAILPOINTS": ""})
+        self.history.append("phase", name="hold_end", roles=roles, instances=names, fault=step["index"])
+        self.log(f"released {', '.join(names)}")
+
+    def _workload_and_faults(self) -> None:
+        w = self.scenario.raw["workload"]
+        client = httpx.Client(base_url=self.base_url)
+        uploader = workload.Uploader(client, self.history, retries=8, retry_delay=0.5)
+        self.workload_started = time.monotonic()
+        self.workload_done = threading.Event()
+        nemesis = threading.Thread(target=self._nemesis, name="nemesis", daemon=True)
+        nemesis.start()
+        spacing = float(w.get("spacing_seconds", 0.1))
+        self.log(f"workload: {len(self.ops)} uploads (seed {self.seed}), {len(self.schedule)} faults")
+
+        def one(indexed):
+            index, op = indexed
+            time.sleep(spacing * index)
+            uploader.upload(op, on_accepted=self.observer.watch)
+
+        with ThreadPoolExecutor(int(w.get("concurrency", 2))) as pool:
+            list(pool.map(one, enumerate(self.ops)))
+        self.workload_done.set()
+        self.log(f"workload done: {len(self.observer.ids)} accepted of {len(self.ops)}")
+        nemesis.join(float(self.scenario.raw.get("nemesis_timeout_seconds", 90)))
+        client.close()
+
+    # --- nemesis --------------------------------------------------------------------------------
+    def _nemesis(self) -> None:
+        self.processes = ProcessFaults(self.supervisor, self.history)
+        self.network = NetworkFaults(self.stack.toxiproxy, self.history)
+        self.services = ServiceFaults(self.stack, self.history)
+        self.failpoints = FailpointFaults(self.supervisor, self.history)
+        threads = []
+        for step in self.schedule:
+            thread = threading.Thread(target=self._run_step_safely, args=(step,), daemon=True,
+                                      name=f"fault-{step['index']}")
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            thread.join()
+
+    def _run_step_safely(self, step) -> None:
+        try:
+            self._run_step(step)
+        except Exception as exc:
+            self.history.append("note", message="fault step failed", fault=step["index"], error=repr(exc))
+            self.log(f"fault step {step['index']} failed: {exc!r}")
+
+    def _wait_trigger(self, step, delay: float = 0.0) -> bool:
+        """Wait for the step's trigger; False if it never came within the step timeout."""
+        deadline = time.monotonic() + float(step.get("timeout", 30))
+        if "at" in step and step.get("at") is not None:
+            time.sleep(max(0.0, self.workload_started + float(step["at"]) - time.monotonic()))
+        when = step.get("when")
+        if when:
+            while not self._condition(when):
+                if time.monotonic() > deadline or self.stopping.is_set():
+                    self.history.append("note", message=f"trigger {when!r} never came", fault=step["index"])
+                    return False
+                time.sleep(0.02)
+        time.sleep(delay)
+        return True
+
+    def _condition(self, when: str) -> bool:
+        states = self.observer.states
+        if when == "accepted":
+            return bool(self.observer.ids)
+        if when == "processing":
+            if any(s == "processing" for s in list(states.values())):
+                return True
+            # Processing can last a fraction of a second: look at the unfinished ones now, not at the next poll.
+            for attachment_id in [a for a in self.observer.ids if states.get(a) not in TERMINAL][:3]:
+                try:
+                    self.observer.poll_one(attachment_id)
+                except Exception:
+                    pass
+            return any(s == "processing" for s in list(states.values()))
+        if when == "ready":
+            return any(s == "ready" for s in list(states.values()))
+        if when == "message":
+            return bool(self.tap.tapped())
+        if when == "idle":
+            return self.workload_done.is_set() and all(states.get(a) in TERMINAL for a in self.observer.ids)
+        raise ValueError(f"unknown trigger {when!r}")
+
+    def _target(self, step) -> str:
+        role = step.get("role") or "worker"
+        names = self.instances_of(role)
+        if not names:
+            raise ValueError(f"scenario targets role {role!r} which the adapter does not define")
+        return names[0]
+
+    def _run_step(self, step) -> None:
+        action = step["action"]
+        delays = step.get("delay_drawn") or [0.0]
+        if action == "failpoint":
+            name = self._failpoint_instance(step)
+            self.restart_after[name] = float(step.get("restart_after", 0.5))
+            if step.get("at") is not None or step.get("when") is not None:
+                if not self._wait_trigger(step, delays[0]):
+                    return
+                self._hold(step)
+                self.hits[name] = threading.Event()
+                self.failpoints.arm(name, step["window"], step.get("spec", "1*crash"))
+            hit = self.hits.setdefault(name, threading.Event()).wait(float(step.get("timeout", 30)))
+            if hit and step.get("peek_queue"):
+                self._peek_while_down(step)
+            if not hit:
+                self.history.append("note", message="failpoint never hit", window=step["window"], role=name)
+                self.log(f"failpoint {step['window']} never hit")
+                self.failpoints.disarm(name)
+            time.sleep(float(step.get("hold_seconds", 0)) if hit else 0)
+            self._release(step)
+        elif action == "sigkill":
+            name = self._target(step)
+            self._hold(step)  # before the trigger: stopping a held role takes time the kill cannot wait for
+            for n, delay in enumerate(delays):
+                if n == 0:
+                    if not self._wait_trigger(step, delay):
+                        self._release(step)
+                        return
+                else:
+                    if not self._wait_trigger({**step, "at": None}, delay):
+                        return
+                self.processes.sigkill(name, window=",".join(self.scenario.raw.get("windows") or []) or None,
+                                       exactness="approximate", trigger=step.get("when"), delay=delay)
+                self.window_hits.append({"role": name, "windows": self.scenario.raw.get("windows") or [],
+                                         "exactness": "approximate", "wall": time.time()})
+                self.log(f"SIGKILL {name} ({step.get('when') or 'timed'} + {delay:.2f}s)")
+                if step.get("peek_queue"):
+                    self._peek_while_down(step)
+                else:
+                    time.sleep(float(step.get("restart_after", 0.5)))
+                if name not in self.held:
+                    self.supervisor.start(name, {"FAILPOINTS": ""})
+            time.sleep(float(step.get("hold_seconds", 0)))
+            self._release(step)
+        elif action == "sigstop":
+            if not self._wait_trigger(step, delays[0]):
+                return
+            name = self._target(step)
+            self.processes.sigstop(name)
+            self.log(f"SIGSTOP {name} for {step.get('duration', 5)}s")
+            if step.get("start_instance_after") is not None:
+                time.sleep(float(step["start_instance_after"]))
+                self._start_extra_instance(self.supervisor.instances[name].role)
+            remaining = float(step.get("duration", 5)) - float(step.get("start_instance_after") or 0)
+            time.sleep(max(0.0, remaining))
+            self.processes.sigcont(name)
+            self.log(f"SIGCONT {name}")
+        elif action == "toxic":
+            if not self._wait_trigger(step, delays[0]):
+                return
+            toxic = self.network.apply(step["service"], step["toxic"], step.get("params"))
+            self.log(f"{step['toxic']} on {step['service']} for {step.get('duration', 3)}s")
+            time.sleep(float(step.get("duration", 3)))
+            self.network.remove(step["service"], step["toxic"], toxic)
+        elif action == "restart_service":
+            if not self._wait_trigger(step, delays[0]):
+                return
+            self.log(f"restarting {step['service']} (down {step.get('duration', 0)}s)")
+            took = self.services.restart(step["service"], float(step.get("duration", 0)))
+            self.log(f"{step['service']} back after {took:.1f}s")
+        elif action == "republish":
+            if not self._wait_trigger(step, delays[0]):
+                return
+            self._republish(step)
+        elif action == "start_instance":
+            if not self._wait_trigger(step, delays[0]):
+                return
+            self._start_extra_instance(step.get("role", "worker"))
+        elif action == "replay":
+            self._replay_failed(step)
+        else:
+            raise ValueError(f"unknown fault action {action!r}")
+
+    def _peek_while_down(self, step) -> None:
+        """While the crashed consumer is down, look into the work queue (messages requeued at once): an unacked
+        delivery must be back there. Runs until the step's restart_after has passed since the crash."""
+        began = time.monotonic()
+        window = float(step.get("restart_after", 3.0))
+        queue = self.adapter.broker["work_queue"]
+        time.sleep(min(0.5, window / 4))
+        while time.monotonic() - began < window - 0.2:
+            try:
+                found = []
+                for message in self.management.get(queue, 50, requeue=True):
+                    body = decode_payload(message)[0] or {}
+                    found.append({"job_id": body.get("job_id"), "attachment_id": body.get("attachment_id"),
+                                  "attempt": body.get("attempt"), "redelivered": message.get("redelivered")})
+                self.history.append("queue", kind="peek", queue=queue, messages=found, ready=len(found))
+            except Exception as exc:
+                self.history.append("note", message="queue peek failed", error=repr(exc))
+            time.sleep(0.6)
+        time.sleep(max(0.0, window - (time.monotonic() - began)))
+
+    def _start_extra_instance(self, role: str) -> str:
+        existing = self.instances_of(role)
+        template = self.supervisor.instances[existing[0]]
+        name = f"{role}#{len(existing) + 1}"
+        self.supervisor.add(name, role, template.command, template.env)
+        self.supervisor.start(name, {"FAILPOINTS": ""})
+        self.log(f"started extra instance {name}")
+        return name
+
+    def _republish(self, step) -> None:
+        """Publish copies of tapped messages again: redelivery of a ready job, or concurrent duplicates."""
+        target_state = step.get("params", {}).get("state", "ready")
+        copies = int(step.get("count", 1))
+        candidates = []
+        for message in self.tap.tapped():
+            body = message.get("body") or {}
+            attachment_id = body.get("attachment_id")
+            if target_state == "any" or self.observer.states.get(attachment_id) == target_state:
+                candidates.append(message)
+        seen, unique = set(), []
+        for m in candidates:
+            if m["body"]["job_id"] not in seen:
+                seen.add(m["body"]["job_id"])
+                unique.append(m)
+        unique = unique[: int(step.get("params", {}).get("jobs", 2))]
+        props = lambda m: {k: v for k, v in (m.get("properties") or {}).items()
+                           if k in ("message_id", "content_type", "delivery_mode", "headers", "timestamp") and v is not None}
+        jobs = [m["body"]["job_id"] for m in unique]
+        self.history.append("fault", action="republish", phase="start", jobs=jobs, copies=copies,
+                            state=target_state)
+        self.log(f"republishing {copies}× {len(unique)} jobs ({target_state})")
+
+        def send(m):
+            return self.management.publish(self.adapter.broker["exchange"], m.get("routing_key") or
+                                           self.adapter.broker.get("routing_key", "#"), m["raw"], props(m))
+        with ThreadPoolExecutor(max(1, copies * len(unique))) as pool:
+            routed = list(pool.map(send, [m for m in unique for _ in range(copies)]))
+        self.history.append("fault", action="republish", phase="end", jobs=jobs, routed=sum(routed))
+
+    def _replay_failed(self, step) -> None:
+        """Operator replay of every failed attachment (level 4, capability replay), once the system is idle."""
+        if not self._wait_trigger({**step, "when": "idle"}, 0.0):
+            return
+        token = self.adapter.operator_token
+        failed = [a for a, s in self.observer.states.items() if s == "failed"]
+        with httpx.Client(base_url=self.base_url, timeout=10) as client:
+            for attachment_id in failed:
+                op = f"replay-{attachment_id[:8]}"
+                path = self.adapter.replay_path.format(id=attachment_id)
+                self.history.append("invoke", op=op, f="replay", attachment_id=attachment_id)
+                unauth = client.post(path, json={"reason": "harness check"}).status_code
+                response = client.post(path, json={"reason": "harness replay"},
+                                       headers={"Authorization": f"Bearer {token}"})
+                kind = "ok" if response.status_code == 202 else "fail"
+                self.history.append(kind, op=op, f="replay", attachment_id=attachment_id,
+                                    status=response.status_code, unauthenticated_status=unauth)
+        self.log(f"replayed {len(failed)} failed attachments")
+
+    # --- heal / drain / teardown ----------------------------------------------------------------
+    def _heal(self) -> None:
+        for step in self.schedule:
+            self._release(step)
+        repaired = heal_all(self.supervisor, self.stack.toxiproxy, self.expected_running(), self.history, self.stack)
+        self.log("healed and verified" + (f" (repaired: {'; '.join(repaired)})" if repaired else ""))
+
+    def _attachment_ids(self) -> list[str]:
+        ids = list(self.observer.ids) if self.observer else []
+        return ids
+
+    def _drain(self) -> None:
+        budget = float(self.scenario.raw.get("drain_seconds", 25))
+        deadline = time.monotonic() + budget
+        last_report = 0.0
+        while time.monotonic() < deadline:
+            states = [self.observer.states.get(a) for a in self.observer.ids]
+            pending = [s for s in states if s not in TERMINAL]
+            if not pending:
+                break
+            if time.monotonic() - last_report > 3:
+                last_report = time.monotonic()
+                self.log(f"draining: {len(pending)} of {len(states)} not terminal")
+            time.sleep(0.2)
+        # The work queue must empty too: counted exactly over AMQP, not from the lagging management statistics.
+        queue_deadline = min(deadline, time.monotonic() + 10)
+        while time.monotonic() < queue_deadline:
+            depth = amqp_queue_depth(self.tenant.direct.amqp_url, self.adapter.broker["work_queue"]) or {}
+            if not depth.get("ready"):
+                break
+            time.sleep(0.3)
+        settle = float(self.scenario.raw.get("settle_seconds", 0.5))
+        time.sleep(settle)
+        self.observer.tick()
+        self.tap.drain_once()
+        states = [self.observer.states.get(a) for a in self.observer.ids]
+        self.log(f"drained: {sum(s == 'ready' for s in states)} ready, {sum(s == 'failed' for s in states)} failed, "
+                 f"{sum(s not in TERMINAL for s in states)} other")
+
+    def _teardown(self) -> None:
+        self.stopping.set()
+        for timer in self.restart_timers:
+            timer.cancel()
+        for poller in (self.observer, self.tap):
+            if poller is not None:
+                poller.halt()
+        if self.supervisor is not None:
+            self.supervisor.stop_all()
+        try:
+            self.stack.toxiproxy.reset()
+        except Exception as exc:
+            self.history.append("note", message="toxiproxy reset failed", error=repr(exc))
+
+
+def check_run_dir(run_dir: Path, write: bool = True) -> dict:
+    """Recompute the verdicts of a stored run from history.jsonl + final.json + run.json alone."""
+    run_dir = Path(run_dir)
+    history = History.load(run_dir / "history.jsonl")
+    final = json.loads((run_dir / "final.json").read_text())
+    run = json.loads((run_dir / "run.json").read_text())
+    verdicts = checkers.run_checks(history, final, run)
+    statuses = [v.status for v in verdicts]
+    if run.get("error"):
+        statuses.append(checkers.UNKNOWN)
+    results = {
+        "report_version": 1,
+        "kind": "scenario",
+        "run_id": run["run_id"],
+        "scenario": {k: run["scenario"].get(k) for k in ("name", "description", "windows", "requirements", "level",
+                                                          "exactness", "checks")},
+        "seed": run["seed"],
+        "level": run["level"],
+        "sut": {"name": run["adapter"]["name"], "path": run["adapter"].get("path"), "level": run["adapter"]["level"]},
+        "verdict": checkers.combine(statuses),
+        "error": run.get("error"),
+        "verdicts": [v.to_dict() for v in verdicts],
+        "window_hits": run.get("window_hits", []),
+        "timings": run.get("timings", {}),
+        "history_lines": len(history),
+        "reproduce": f"harness run {run['scenario']['name']} --seed {run['seed']} --sut {run['adapter'].get('path') or run['adapter']['name']} --level {run['level']}",
+    }
+    if write:
+        from .report import write_scenario_reports
+
+        write_scenario_reports(run_dir, results)
+    return results

@@ -1,0 +1,117 @@
+"""The declarative scenario catalogue (scenarios/*.toml, schemas/scenario.schema.json)."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .schemas import REPO_ROOT, errors
+
+CATALOGUE_DIR = REPO_ROOT / "scenarios"
+
+
+class ScenarioError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Scenario:
+    path: Path
+    raw: dict
+
+    def __getattr__(self, item):
+        try:
+            return self.raw[item]
+        except KeyError:
+            raise AttributeError(item) from None
+
+    @property
+    def name(self) -> str:
+        return self.raw["name"]
+
+    @property
+    def level(self) -> int:
+        return int(self.raw["level"])
+
+    @property
+    def requires(self) -> list[str]:
+        return list(self.raw.get("requires") or [])
+
+    @property
+    def in_grade(self) -> bool:
+        return bool(self.raw.get("grade", True))
+
+    @property
+    def checks(self) -> list[str] | None:
+        return self.raw.get("checks")
+
+    def to_dict(self) -> dict:
+        return {**self.raw, "path": str(self.path)}
+
+
+def load_file(path: Path) -> Scenario:
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: not valid TOML: {exc}") from exc
+    problems = errors("scenario.schema.json", raw)
+    if problems:
+        raise ScenarioError(f"{path}: invalid scenario:\n  " + "\n  ".join(problems))
+    if raw["name"] != Path(path).stem:
+        raise ScenarioError(f"{path}: name {raw['name']!r} must equal the file name")
+    return Scenario(Path(path), raw)
+
+
+def catalogue(directory: Path = CATALOGUE_DIR) -> list[Scenario]:
+    return [load_file(p) for p in sorted(Path(directory).glob("*.toml"))]
+
+
+def find(name: str, directory: Path = CATALOGUE_DIR) -> Scenario:
+    if Path(name).is_file():
+        return load_file(Path(name))
+    for scenario in catalogue(directory):
+        if scenario.name == name:
+            return scenario
+    raise ScenarioError(f"unknown scenario {name!r}; see `harness scenarios`")
+
+
+def select(scenarios, *, level: int | None = None, requirement: str | None = None, window: str | None = None):
+    """Filter: scenarios that prove at most ``level``, name ``requirement``, or hit ``window``."""
+    out = []
+    for s in scenarios:
+        if level is not None and s.level > level:
+            continue
+        if requirement and requirement not in s.raw["requirements"]:
+            continue
+        if window and window not in s.raw["windows"]:
+            continue
+        out.append(s)
+    return out
+
+
+def for_grade(scenarios, adapter, level: int) -> tuple[list[Scenario], list[tuple[Scenario, str]]]:
+    """The scenarios a grade at ``level`` runs for ``adapter``, and the ones skipped with the reason.
+
+    A scenario needing a capability the adapter lacks is skipped; its ``fallback_for`` twin (timed SIGKILL
+    instead of a failpoint) runs instead. Fallbacks are skipped when the original can run.
+    """
+    chosen, skipped = [], []
+    by_name = {s.name: s for s in scenarios}
+    for s in scenarios:
+        if not s.in_grade:
+            skipped.append((s, "not part of a grade (run it with `harness run`)"))
+            continue
+        if s.level > level:
+            skipped.append((s, f"proves level {s.level} > {level}"))
+            continue
+        lacking = [c for c in s.requires if not adapter.has(c)]
+        if lacking:
+            skipped.append((s, f"adapter lacks {', '.join(lacking)}"))
+            continue
+        original = by_name.get(s.raw.get("fallback_for", ""))
+        if original is not None and all(adapter.has(c) for c in original.requires) and original.level <= level:
+            skipped.append((s, f"{original.name} runs instead (exact window)"))
+            continue
+        chosen.append(s)
+    return chosen, skipped

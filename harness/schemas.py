@@ -1,0 +1,25 @@
+"""Access to the JSON schemas kept in the repository's schemas/ folder."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from jsonschema import Draft202012Validator
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCHEMAS_DIR = REPO_ROOT / "schemas"
+
+
+@lru_cache(maxsize=None)
+def validator(name: str) -> Draft202012Validator:
+    schema = json.loads((SCHEMAS_DIR / name).read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def errors(name: str, document) -> list[str]:
+    """Human-readable validation errors of ``document`` against schemas/``name`` (empty when valid)."""
+    found = sorted(validator(name).iter_errors(document), key=lambda e: list(e.absolute_path))
+    return [f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in found]

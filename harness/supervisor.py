@@ -1,0 +1,215 @@
+"""Roles of the implementation under test as supervised process groups (DESIGN §4).
+
+Each role instance is started in its own session (``start_new_session=True``)
+so that SIGKILL / SIGSTOP / SIGCONT reach its whole process group, as a
+container runtime would. Output goes to ``run_dir/logs/<instance>.log``. A
+monitor thread notices exits and reports them to the history; instances can
+be restarted with a different environment (failpoint arming).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Instance:
+    name: str  # "worker", "worker#2"
+    role: str
+    command: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen | None = None
+    paused: bool = False
+    expected_exit: bool = False
+    starts: int = 0
+    exits: list[dict] = field(default_factory=list)
+    armed: dict[str, str] = field(default_factory=dict)  # window -> spec while FAILPOINTS is set
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+def process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of ``pid`` (R, S, T = stopped, Z, ...), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                members.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
+
+
+class Supervisor:
+    def __init__(self, run_dir: Path, history=None, on_exit=None):
+        self.logs = Path(run_dir) / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.history = history
+        self.on_exit = on_exit
+        self.instances: dict[str, Instance] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._monitor = threading.Thread(target=self._watch, name="supervisor", daemon=True)
+        self._monitor.start()
+
+    def _record(self, type_: str, **fields) -> None:
+        if self.history is not None:
+            self.history.append(type_, **fields)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def add(self, name: str, role: str, command: list[str], env: dict[str, str]) -> Instance:
+        instance = Instance(name=name, role=role, command=command, env=env, log_path=self.logs / f"{name.replace('#', '-')}.log")
+        with self._lock:
+            self.instances[name] = instance
+        return instance
+
+    def start(self, name: str, extra_env: dict[str, str] | None = None) -> Instance:
+        with self._lock:
+            instance = self.instances[name]
+            if instance.alive():
+                raise RuntimeError(f"{name} is already running")
+            env = {**instance.env, **(extra_env or {})}
+            instance.armed = {}
+            if env.get("FAILPOINTS"):
+                for item in env["FAILPOINTS"].split(";"):
+                    if "=" in item:
+                        window, spec = item.split("=", 1)
+                        instance.armed[window.strip()] = spec.strip()
+            log = instance.log_path.open("ab")
+            log.write(f"\n=== harness: start {name} {' '.join(instance.command)} "
+                      f"FAILPOINTS={env.get('FAILPOINTS', '')!r} at {time.time():.3f}\n".encode())
+            log.flush()
+            instance.process = subprocess.Popen(
+                instance.command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True)
+            log.close()
+            instance.paused = False
+            instance.expected_exit = False
+            instance.starts += 1
+        self._record("role", role=name, action="start", pid=instance.pid, armed=instance.armed or None)
+        return instance
+
+    def signal(self, name: str, sig: int) -> None:
+        """Send ``sig`` to the instance's whole process group."""
+        with self._lock:
+            instance = self.instances[name]
+            if instance.process is None:
+                return
+            try:
+                os.killpg(instance.process.pid, sig)
+            except ProcessLookupError:
+                pass
+            if sig == signal.SIGSTOP:
+                instance.paused = True
+            elif sig == signal.SIGCONT:
+                instance.paused = False
+            elif sig == signal.SIGKILL:
+                instance.expected_exit = True
+
+    def kill(self, name: str) -> None:
+        self.signal(name, signal.SIGKILL)
+        self.wait_exit(name, 5)
+
+    def pause(self, name: str) -> None:
+        self.signal(name, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        self.signal(name, signal.SIGCONT)
+
+    def stop(self, name: str, timeout: float | None = None) -> None:
+        """SIGTERM the group, then SIGKILL after ``timeout``; a paused group is continued first."""
+        with self._lock:
+            instance = self.instances[name]
+            if instance.process is None:
+                return
+            instance.expected_exit = True
+        if instance.alive():
+            if instance.paused:
+                self.signal(name, signal.SIGCONT)
+            self.signal(name, signal.SIGTERM)
+            if not self.wait_exit(name, timeout if timeout is not None else 5):
+                self.signal(name, signal.SIGKILL)
+                self.wait_exit(name, 5)
+        # Whatever the leader did, no member of its group may outlive it (DESIGN §4 pitfall).
+        for pid in group_members(instance.process.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def restart(self, name: str, extra_env: dict[str, str] | None = None) -> Instance:
+        self.stop(name, timeout=2)
+        return self.start(name, extra_env)
+
+    def wait_exit(self, name: str, timeout: float) -> bool:
+        instance = self.instances[name]
+        if instance.process is None:
+            return True
+        try:
+            instance.process.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def stop_all(self) -> None:
+        for name in list(self.instances):
+            self.stop(name, timeout=3)
+        self._stop.set()
+
+    # --- verification ---------------------------------------------------------------------------
+    def problems(self, expected_running: set[str]) -> list[str]:
+        """What is wrong now: an expected instance not running, any instance (or group member) stopped."""
+        found = []
+        for name, instance in self.instances.items():
+            if name in expected_running and not instance.alive():
+                found.append(f"{name} is not running")
+            if instance.alive():
+                for pid in group_members(instance.pid):
+                    if process_state(pid) == "T":
+                        found.append(f"{name} pid {pid} is stopped")
+        return found
+
+    # --- monitor --------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        seen: dict[str, int] = {}
+        while not self._stop.wait(0.05):
+            with self._lock:
+                snapshot = list(self.instances.values())
+            for instance in snapshot:
+                process = instance.process
+                if process is None or process.poll() is None or seen.get(instance.name) == process.pid:
+                    continue
+                seen[instance.name] = process.pid
+                exit_info = {"role": instance.name, "pid": process.pid, "returncode": process.returncode,
+                             "expected": instance.expected_exit, "armed": instance.armed or None}
+                instance.exits.append(exit_info)
+                self._record("role", action="exit", **exit_info)
+                if self.on_exit:
+                    try:
+                        self.on_exit(instance, exit_info)
+                    except Exception as exc:  # never let a callback kill the monitor
+                        self._record("note", message=f"on_exit callback failed: {exc!r}")

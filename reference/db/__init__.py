@@ -1,0 +1,1 @@
+"""PostgreSQL access: named SQL from sql/queries.sql and connection pools."""

@@ -1,0 +1,162 @@
+"""Outbox relay (level 4): publishes outbox rows to RabbitMQ.
+
+Each batch is fetched with ``FOR UPDATE SKIP LOCKED`` inside a transaction,
+published persistent + mandatory on a publisher-confirm channel, and marked
+published only after its confirm, in the same transaction. A crash anywhere
+before that commit leaves the rows unpublished: they are published again and
+the worker deduplicates (at-least-once). The relay wakes on LISTEN/NOTIFY
+(trigger on outbox inserts) with a polling fallback, and also at the earliest
+``available_at`` so delayed retries leave on time. Broker or database outages
+end the session; it reconnects with jittered backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aio_pika
+import psycopg
+from pamqp.commands import Basic
+
+from reference import metrics, topology
+from reference.backoff import FullJitterBackoff, reconnect_delays
+from reference.db.pool import connect
+from reference.db.queries import queries
+from reference.failpoints import Failpoints
+from reference.messages import JobMessage
+from reference.runtime import sleep_or_stop
+
+log = logging.getLogger("reference.relay")
+NOTIFY_CHANNEL = "reference_outbox"
+PUBLISH_TIMEOUT_SECONDS = 10.0
+
+
+class Relay:
+    def __init__(self, settings, failpoints: Failpoints | None = None):
+        self.settings = settings
+        self.failpoints = failpoints or Failpoints(settings.failpoints)
+        self.topology = topology.config_from_settings(settings)
+        self.row_backoff = FullJitterBackoff(settings.retry_base_seconds, settings.retry_cap_seconds)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        delays = reconnect_delays()
+        while not stop.is_set():
+            self.connected = False
+            try:
+                await self._session(stop)
+            except Exception as exc:
+                if self.connected:
+                    delays = reconnect_delays()  # a healthy session resets the backoff
+                wait = next(delays)
+                log.warning("relay session ended (%s: %s); reconnecting in %.2fs", type(exc).__name__, exc, wait)
+                await sleep_or_stop(stop, wait)
+
+    async def _session(self, stop: asyncio.Event) -> None:
+        work = listen = amqp = None
+        listener = None
+        try:
+            work = await connect(self.settings, "reference-relay")
+            listen = await connect(self.settings, "reference-relay-listen")
+            await listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            amqp = await aio_pika.connect(self.settings.amqp_url, timeout=self.settings.db_connect_timeout_seconds,
+                                          heartbeat=self.settings.heartbeat_seconds,
+                                          client_properties={"connection_name": "reference-relay"})
+            channel = await amqp.channel(publisher_confirms=True, on_return_raises=True)
+            await topology.declare(channel, self.topology)
+            exchange = await channel.get_exchange(topology.EXCHANGE, ensure=False)
+            self.connected = True
+            log.info("relay connected")
+            wake = asyncio.Event()
+            listener = asyncio.create_task(self._listen(listen, wake))
+            while not stop.is_set():
+                if listener.done():
+                    listener.result()  # re-raise the LISTEN connection's failure
+                    raise ConnectionError("LISTEN connection ended")
+                if amqp.is_closed:
+                    raise ConnectionError("broker connection closed")
+                published = await self._drain_once(work, exchange)
+                if published >= self.settings.relay_batch_size:
+                    continue  # more may be due right now
+                wake.clear()
+                await self._wait(work, wake, stop, listener)
+        finally:
+            if listener is not None:
+                listener.cancel()
+            for closer in (amqp, listen, work):
+                if closer is not None:
+                    try:
+                        await asyncio.wait_for(closer.close(), 2.0)
+                    except Exception:
+                        pass
+
+    async def _listen(self, conn: psycopg.AsyncConnection, wake: asyncio.Event) -> None:
+        async for _ in conn.notifies():
+            wake.set()
+
+    async def _wait(self, work, wake: asyncio.Event, stop: asyncio.Event, listener: asyncio.Task) -> None:
+        timeout = self.settings.relay_poll_seconds
+        cursor = await work.execute(queries().outbox_next_due)
+        row = await cursor.fetchone()
+        if row and row["seconds"] is not None:
+            timeout = max(0.0, min(timeout, row["seconds"]))
+        if timeout <= 0:
+            return
+        waiters = [asyncio.create_task(wake.wait()), asyncio.create_task(stop.wait())]
+        try:
+            await asyncio.wait([*waiters, listener], timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _drain_once(self, work: psycopg.AsyncConnection, exchange) -> int:
+        """Publish one batch of due rows; returns how many were confirmed."""
+        broken: BaseException | None = None
+        async with work.transaction():
+            cursor = await work.execute(queries().outbox_fetch, {"limit": self.settings.relay_batch_size})
+            rows = await cursor.fetchall()
+            if not rows:
+                return 0
+            await self.failpoints.ahit("after_commit_before_publish")
+            outcomes = await asyncio.gather(*(self._publish(exchange, row) for row in rows), return_exceptions=True)
+            confirmed, refused = [], []
+            for row, outcome in zip(rows, outcomes):
+                if outcome is True:
+                    confirmed.append(row["id"])
+                elif isinstance(outcome, (aio_pika.exceptions.DeliveryError, aio_pika.exceptions.PublishError,
+                                          ValueError)):
+                    refused.append((row, outcome))
+                else:
+                    broken = broken or outcome
+            # Confirms are in; the crash window is before they are recorded.
+            if confirmed:
+                await self.failpoints.ahit("after_publish_before_confirm")
+            if confirmed:
+                await work.execute(queries().outbox_mark_published, {"ids": confirmed})
+            for row, outcome in refused:
+                delay = self.row_backoff.delay(row["publish_attempts"])
+                metrics.OUTBOX_FAILURES.labels("refused").inc()
+                log.warning("outbox row %s refused by the broker (%s); retry in %.2fs", row["id"], outcome, delay)
+                await work.execute(queries().outbox_defer, {
+                    "ids": [row["id"]], "error": str(outcome)[:500], "delay_seconds": delay,
+                })
+        metrics.OUTBOX_PUBLISHED.inc(len(confirmed))
+        if broken is not None:
+            metrics.OUTBOX_FAILURES.labels("connection").inc()
+            raise broken if isinstance(broken, Exception) else ConnectionError(str(broken))
+        return len(confirmed)
+
+    async def _publish(self, exchange, row) -> bool:
+        job = JobMessage(
+            job_id=row["job_id"], attempt=row["attempt"], attachment_id=row["attachment_id"],
+            pipeline_version=row["pipeline_version"], variants=tuple(row["variants"]),
+            created_at=row["created_at"], expires_at=row["expires_at"],
+            traceparent=row["traceparent"], tracestate=row["tracestate"],
+        )
+        message = aio_pika.Message(job.to_body(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                                   app_id="reference-relay", **job.amqp_properties())
+        result = await exchange.publish(message, topology.ROUTING_KEY, mandatory=True,
+                                        timeout=PUBLISH_TIMEOUT_SECONDS)
+        if not isinstance(result, Basic.Ack):
+            raise aio_pika.exceptions.DeliveryError(None, result)
+        return True

@@ -1,0 +1,160 @@
+"""All configuration of the reference pipeline, from environment variables.
+
+One class, one place: every limit the roles enforce is a field here with the
+default of DESIGN §7 (or a documented choice where §7 is silent).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+VARIANTS_BY_LEVEL: dict[int, tuple[str, ...]] = {
+    3: ("thumbnail",),
+    4: ("thumbnail", "crop", "optimized"),
+}
+
+
+def available_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
+
+    # --- services (DESIGN §4) ---
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/postgres"
+    amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    s3_endpoint_url: str = "http://127.0.0.1:8333"
+    s3_bucket: str = "attachments"
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
+    s3_region: str = "us-east-1"
+    http_host: str = "127.0.0.1"
+    http_port: int = 8000
+    failpoints: str = ""
+    operator_token: str = ""
+
+    # --- pipeline shape ---
+    level: int = 4  # 3 → [thumbnail]; 4 → [thumbnail, crop, optimized]
+    pipeline_version: int = Field(1, ge=1, le=1000)
+
+    # --- lease and fencing (DESIGN §7: 30 s renewed every 10 s) ---
+    lease_seconds: float = Field(30.0, gt=0)
+    # Unset: a third of the lease (10 s for the default 30 s lease).
+    lease_renew_seconds: float | None = Field(None, gt=0)
+
+    # --- retries (full jitter, base 1 s, cap 600 s, 20 attempts) ---
+    max_attempts: int = Field(20, ge=1, le=1000)
+    retry_base_seconds: float = Field(1.0, gt=0)
+    retry_cap_seconds: float = Field(600.0, gt=0)
+
+    # --- background loops ---
+    sweep_interval_seconds: float = Field(10.0, gt=0)
+    relay_poll_seconds: float = Field(1.0, gt=0)
+    relay_batch_size: int = Field(100, ge=1, le=10_000)
+    # A queued job whose message was lost (dead-lettered while the DB was down,
+    # purged queue, ...) is republished by the sweeper after this long.
+    stale_queued_seconds: float = Field(300.0, gt=0)
+
+    # --- worker flow control (prefetch = free worker slots) ---
+    worker_concurrency: int = Field(default_factory=lambda: 2 * available_cores(), ge=1, le=1024)
+    prefetch: int | None = Field(None, ge=1, le=65535)
+    image_workers: int = Field(default_factory=available_cores, ge=1, le=256)
+    decode_timeout_seconds: float = Field(60.0, gt=0)
+
+    # AMQP heartbeat: a stopped or hung consumer loses its connection after
+    # about two missed beats and the broker returns its prefetched deliveries.
+    # Default: the lease length, at least 5 s, at most 60 s.
+    amqp_heartbeat_seconds: int | None = Field(None, ge=0, le=600)
+
+    # --- broker topology ---
+    delivery_limit: int = Field(20, ge=1)
+    queue_max_length: int = Field(1_000_000, ge=1)
+    dead_letter_ttl_seconds: int = Field(7 * 24 * 3600, ge=1)
+
+    # --- expiry and retention ---
+    job_ttl_seconds: float = Field(24 * 3600.0, gt=0)
+    staging_retention_seconds: float = Field(3600.0, gt=0)
+    failed_retention_seconds: float = Field(7 * 24 * 3600.0, gt=0)
+    idempotency_ttl_seconds: float = Field(7 * 24 * 3600.0, gt=0)
+    outbox_retention_seconds: float = Field(24 * 3600.0, gt=0)
+
+    # --- input safety (DESIGN §8) ---
+    max_upload_bytes: int = Field(25 * 1024 * 1024, ge=1)
+    max_pixels: int = Field(40_000_000, ge=1)
+    max_side: int = Field(20_000, ge=1)
+    max_frames: int = Field(100, ge=1)
+
+    # --- timeouts ---
+    shutdown_grace_seconds: float = Field(25.0, gt=0)
+    db_statement_timeout_seconds: float = Field(5.0, gt=0)
+    db_connect_timeout_seconds: float = Field(3.0, gt=0)
+    s3_timeout_seconds: float = Field(10.0, gt=0)
+    retry_after_seconds: int = Field(2, ge=1)
+
+    metrics_port: int | None = None  # non-API roles expose /metrics here when set
+    log_level: str = "INFO"
+
+    @field_validator("level")
+    @classmethod
+    def _known_level(cls, value: int) -> int:
+        if value not in VARIANTS_BY_LEVEL:
+            raise ValueError("LEVEL must be 3 or 4")
+        return value
+
+    @field_validator("failpoints")
+    @classmethod
+    def _failpoints_parse(cls, value: str) -> str:
+        from reference.failpoints import parse_failpoints
+
+        parse_failpoints(value)  # raises ValueError on a typo: fail loudly at start
+        return value
+
+    @model_validator(mode="after")
+    def _renew_before_expiry(self) -> "Settings":
+        if self.lease_renew_seconds is None:
+            self.lease_renew_seconds = self.lease_seconds / 3
+        if self.lease_renew_seconds >= self.lease_seconds:
+            raise ValueError("LEASE_RENEW_SECONDS must be shorter than LEASE_SECONDS")
+        return self
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return VARIANTS_BY_LEVEL[self.level]
+
+    @property
+    def heartbeat_seconds(self) -> int:
+        if self.amqp_heartbeat_seconds is not None:
+            return self.amqp_heartbeat_seconds
+        return int(min(60, max(5, round(self.lease_seconds))))
+
+    @property
+    def effective_prefetch(self) -> int:
+        return self.prefetch or self.worker_concurrency
+
+    @cached_property
+    def psycopg_conninfo(self) -> str:
+        """DATABASE_URL as libpq understands it (driver suffixes removed)."""
+        return to_libpq_url(self.database_url)
+
+    @cached_property
+    def sqlalchemy_url(self) -> str:
+        parts = urlsplit(to_libpq_url(self.database_url))
+        return urlunsplit(parts._replace(scheme="postgresql+psycopg"))
+
+
+def to_libpq_url(url: str) -> str:
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+", 1)[0]
+    if scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"DATABASE_URL must be a postgresql:// URL, got scheme {parts.scheme!r}")
+    return urlunsplit(parts._replace(scheme="postgresql"))
+

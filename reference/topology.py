@@ -1,0 +1,51 @@
+"""Broker topology of the reference (docs/ARCHITECTURE.md), declared idempotently.
+
+Re-declaring with the same arguments is a no-op in RabbitMQ, so every role may
+call :func:`declare` on start. Changing an argument of an existing queue fails
+with PRECONDITION_FAILED, on purpose: topology changes need a migration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aio_pika
+
+EXCHANGE = "attachments.jobs"
+ROUTING_KEY = "jobs.process"
+QUEUE = "attachments.jobs.process"
+DEAD_LETTER_EXCHANGE = "attachments.jobs.dlx"
+DEAD_LETTER_QUEUE = "attachments.jobs.dead"
+
+
+@dataclass(frozen=True)
+class TopologyConfig:
+    delivery_limit: int = 20
+    queue_max_length: int = 1_000_000
+    dead_letter_ttl_seconds: int = 7 * 24 * 3600
+
+    def queue_arguments(self) -> dict:
+        return {
+            "x-queue-type": "quorum",
+            "x-delivery-limit": self.delivery_limit,
+            "x-dead-letter-exchange": DEAD_LETTER_EXCHANGE,
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",  # required by at-least-once dead-lettering
+            "x-max-length": self.queue_max_length,
+        }
+
+    def dead_letter_queue_arguments(self) -> dict:
+        return {"x-queue-type": "quorum", "x-message-ttl": self.dead_letter_ttl_seconds * 1000}
+
+
+async def declare(channel: aio_pika.abc.AbstractChannel, config: TopologyConfig) -> None:
+    exchange = await channel.declare_exchange(EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
+    dlx = await channel.declare_exchange(DEAD_LETTER_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True)
+    queue = await channel.declare_queue(QUEUE, durable=True, arguments=config.queue_arguments())
+    await queue.bind(exchange, ROUTING_KEY)
+    dead = await channel.declare_queue(DEAD_LETTER_QUEUE, durable=True, arguments=config.dead_letter_queue_arguments())
+    await dead.bind(dlx, "")
+
+
+def config_from_settings(settings) -> TopologyConfig:
+    return TopologyConfig(settings.delivery_limit, settings.queue_max_length, settings.dead_letter_ttl_seconds)
