@@ -50,3 +50,25 @@ def _no_fault_leaks(request: pytest.FixtureRequest):
         if not stack.alive(name):
             stack.restart(name)
     stack.toxiproxy.reset()
+
+
+# --- measurements in the CI log ---------------------------------------------------------------------------
+# Benchmarks and load runs print lines tagged [bench], [load] or [stack]; pytest hides the output of passing
+# tests, so collect those lines and repeat them in the terminal summary, where CI logs keep them.
+_MEASUREMENT_TAGS = ("[bench]", "[load]", "[stack]", "[grade]")
+_measurements: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when != "call":
+        return
+    for line in report.capstdout.splitlines():
+        if line.strip().startswith(_MEASUREMENT_TAGS):
+            _measurements.append(f"{report.nodeid.split('::')[-1]}: {line.strip()}")
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _measurements:
+        terminalreporter.section("measurements (ratios are against a baseline taken in the same run)")
+        for line in _measurements:
+            terminalreporter.write_line(line)

@@ -9,11 +9,18 @@ Hovering any mark shows its history line.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from ..checkers.base import parse_time
 
 COLOURS = {"queued": "#f0c24b", "processing": "#4b8bf0", "ready": "#3bb273", "failed": "#d64545", None: "#ccc"}
+BADGE = {"valid": "#3bb273", "invalid": "#d64545"}
 WIDTH, LEFT, ROW = 1100, 210, 22
+STYLESHEET = Path(__file__).resolve().parents[2] / "reports" / "templates" / "timeline.css"
+
+
+def _stylesheet() -> str:
+    return STYLESHEET.read_text()
 
 
 def _esc(value) -> str:
@@ -113,14 +120,8 @@ def build(history, final: dict, run: dict, results: dict) -> str:
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{_esc(scenario.get('name'))} seed {_esc(run.get('seed'))}</title>
 <style>
-body {{ font-family: system-ui, sans-serif; margin: 24px; color: #222; }}
-h1 {{ font-size: 20px; }} .valid td:nth-child(2) {{ color: #2a8a4a; }} .invalid td:nth-child(2) {{ color: #c02020; font-weight: bold; }}
-.unknown td:nth-child(2) {{ color: #a07000; }} table {{ border-collapse: collapse; margin: 12px 0; }}
-td, th {{ border: 1px solid #ddd; padding: 4px 8px; vertical-align: top; font-size: 13px; }}
-.ev {{ font-family: monospace; font-size: 12px; color: #555; }} .sw {{ display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 10px; }}
-.badge {{ padding: 2px 8px; border-radius: 4px; color: white; background: {'#3bb273' if results.get('verdict') == 'valid' else '#d64545' if results.get('verdict') == 'invalid' else '#c09000'}; }}
-</style></head><body>
-<h1>{_esc(scenario.get('name'))} <span class="badge">{_esc(results.get('verdict'))}</span></h1>
+{_stylesheet()}</style></head><body>
+<h1>{_esc(scenario.get('name'))} <span class="badge" style="background:{BADGE.get(results.get('verdict'), '#c09000')}">{_esc(results.get('verdict'))}</span></h1>
 <p>{_esc(scenario.get('description', ''))}</p>
 <p>implementation <b>{_esc(run.get('adapter', {}).get('name'))}</b> at level {_esc(run.get('level'))} · seed <b>{_esc(run.get('seed'))}</b>
 · windows {_esc(', '.join(scenario.get('windows') or []) or '—')} · reproduce: <code>{_esc(results.get('reproduce', ''))}</code></p>
@@ -150,10 +151,8 @@ def grade_index(results: dict) -> str:
     reqs = "".join(f'<tr><td>{_esc(k)}</td><td>{_esc(v["status"])}</td><td>{_esc(v["why"])}</td></tr>'
                    for k, v in sorted(results["requirements"].items()))
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>grade {_esc(results['sut']['name'])}</title>
-<style>body {{ font-family: system-ui, sans-serif; margin: 24px; }} table {{ border-collapse: collapse; }}
-td, th {{ border: 1px solid #ddd; padding: 4px 8px; font-size: 13px; }} td:first-child {{ white-space: nowrap; }}
-.invalid td:nth-child(2) {{ color: #c02020; font-weight: bold; }}
-.valid td:nth-child(2) {{ color: #2a8a4a; }}</style></head><body>
+<style>
+{_stylesheet()}</style></head><body>
 <h1>Grade of {_esc(results['sut']['name'])} at level {_esc(results['level'])}: {_esc(results['verdict'])}</h1>
 <h2>Requirements</h2><table><tr><th>id</th><th>status</th><th>why</th></tr>{reqs}</table>
 <h2>Scenarios</h2><table><tr><th>scenario</th><th>verdict</th><th>level</th><th>requirements</th><th>seed</th><th>time</th></tr>{rows}</table>

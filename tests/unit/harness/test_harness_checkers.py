@@ -8,6 +8,7 @@ from harness.checkers import (CHECKERS, ack_after_commit, bounded_retries, dupli
                               lost_accepted_work, message_hygiene, run_checks, staging_safety, state_regression)
 from harness.checkers.base import INVALID, UNKNOWN, VALID
 from harness_histories import ATT, JOB, T0, Builder, happy, iso
+from harness_histories import in_memory_dedup_history_for_recheck as in_memory_dedup_history
 
 ATT2 = "9b2f4e1a-0c3d-4e5f-8a7b-6c5d4e3f2a1b"
 
@@ -71,16 +72,6 @@ def test_lost_work_is_unknown_when_the_final_state_was_not_read():
 
 
 # --- duplicate effects / regression: in-memory dedup re-runs a ready job after restart -----------------------
-
-def in_memory_dedup_history():
-    b = Builder()
-    b.upload(0, ATT)
-    b.add(2.5, "fault", action="crash", phase="hit", role="worker", window="after_commit_before_ack")
-    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
-                        (2, "processing", "ready", 1, "worker"), (4, "ready", "processing", 1, "worker"),
-                        (5, "processing", "ready", 1, "worker")])
-    return b
-
 
 def test_duplicate_effects_catches_second_ready_after_redelivery():
     b = in_memory_dedup_history()
