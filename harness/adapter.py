@@ -106,6 +106,27 @@ class Adapter:
         return dict(self.raw.get("timings") or {})
 
     @property
+    def timings_env(self) -> dict[str, str]:
+        """Timing name -> the environment variable that sets it, so a scenario can override it (e.g. a short TTL)."""
+        return dict(self.raw.get("timings_env") or {})
+
+    def timing_overrides(self, overrides: dict) -> tuple[dict, dict[str, str]]:
+        """(effective timings, env to add) for a scenario's ``[timings]``; AdapterError if one cannot be set."""
+        lacking = sorted(k for k in overrides if k not in self.timings_env)
+        if lacking:
+            raise AdapterError(f"adapter {self.name} declares no [timings_env] variable for {', '.join(lacking)}")
+        return ({**self.timings, **overrides},
+                {self.timings_env[k]: str(v) for k, v in overrides.items()})
+
+    @property
+    def limits(self) -> dict:
+        return dict(self.raw.get("limits") or {})
+
+    @property
+    def expiry(self) -> dict:
+        return {"error_code": "expired", **(self.raw.get("expiry") or {})}
+
+    @property
     def operator_token(self) -> str:
         return (self.raw.get("admin") or {}).get("operator_token") or self.env.get("OPERATOR_TOKEN", "harness-operator")
 
@@ -135,8 +156,11 @@ class Adapter:
             "level": self.level,
             "capabilities": self.capabilities,
             "timings": self.timings,
+            "limits": self.limits,
+            "expiry": self.expiry,
             "broker": self.broker,
             "roles": {name: role.instances for name, role in self.roles.items()},
+            "consumers": sorted(name for name, role in self.roles.items() if role.consumer),
             "failpoints": self.failpoint_roles,
         }
 

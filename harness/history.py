@@ -12,6 +12,7 @@ Line types (field ``type``):
   state                       a state observed by polling GET /v1/attachments/{id}
   message                     a message seen on the tap queue
   queue                       a queue-depth sample (ready, unacked)
+  consumer                    one consumer of the work queue: prefetch, its channel's unacked
   fault                       a nemesis action (``phase`` start / end / hit)
   role                        a role started / exited / restarted
   phase                       a scenario phase marker (workload, faults, heal, drain ...)
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 EVENT_TYPES = frozenset(
-    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "fault", "role", "phase", "note"}
+    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "note"}
 )
 
 

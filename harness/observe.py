@@ -6,6 +6,8 @@
   and drains it through the RabbitMQ management API (a plain HTTP poll, which
   survives a broker restart without reconnect logic), recording each message;
   it also samples the depth of the work and dead-letter queues.
+* :class:`ConsumerSampler` records every consumer of the work queue (prefetch, unacked) while a backlog
+  drains, for the bounded-concurrency checker (BE-JOB-004).
 """
 
 from __future__ import annotations
@@ -267,3 +269,28 @@ class Tap(Poller):
     def tapped(self) -> list[dict]:
         with self._lock:
             return list(self.messages)
+
+
+class ConsumerSampler(Poller):
+    """Every consumer of ``queue``: prefetch_count and its channel's messages_unacknowledged, one ``consumer``
+    history line per consumer per tick (``tick`` numbers the samples; a tick with no consumer is kept too).
+    The broker refreshes these statistics every collect_statistics_interval (500 ms on the harness stack), so
+    sampling faster only repeats values; ~0.15 s catches every refresh."""
+
+    def __init__(self, management: Management, history, queue: str, interval: float = 0.15):
+        super().__init__("consumer-sampler", interval)
+        self.m = management
+        self.history = history
+        self.queue = queue
+        self.ticks = 0
+
+    def tick(self) -> None:
+        from .prefetch import read_consumers
+
+        samples = read_consumers(self.m.client, self.m.vhost, self.queue)
+        self.ticks += 1
+        if not samples:
+            self.history.append("consumer", queue=self.queue, tick=self.ticks, consumers=0)
+        for s in samples:
+            self.history.append("consumer", queue=self.queue, tick=self.ticks, consumers=len(samples),
+                                consumer_tag=s.consumer, channel=s.channel, prefetch=s.prefetch, unacked=s.unacked)

@@ -28,7 +28,7 @@ from . import checkers, workload
 from .final_state import read_final
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
-from .observe import ApiObserver, Management, Tap, amqp_queue_depth, decode_payload
+from .observe import ApiObserver, ConsumerSampler, Management, Tap, amqp_queue_depth, decode_payload
 from .schemas import REPO_ROOT
 from .supervisor import Supervisor
 
@@ -70,6 +70,8 @@ class ScenarioRun:
         self.ops = workload.plan(self.seed, int(w.get("uploads", 0)), int(w.get("bad", 0)), int(w.get("poison", 0)),
                                  int(w.get("max_side", 96)))
         self.t0 = time.monotonic()
+        self.timings_in_effect = adapter.timings
+        self.sampler = None
 
     # --- helpers --------------------------------------------------------------------------------
     @contextmanager
@@ -103,7 +105,7 @@ class ScenarioRun:
         error = None
         final = {"read_ok": False, "errors": ["run did not reach the final read"], "attachments": {}}
         self.supervisor = None
-        self.observer = self.tap = None
+        self.observer = self.tap = self.sampler = None
         try:
             with self.phase("setup"):
                 self._setup()
@@ -150,7 +152,7 @@ class ScenarioRun:
             "scenario": self.scenario.to_dict(),
             "seed": self.seed,
             "level": self.level,
-            "adapter": self.adapter.summary(),
+            "adapter": {**self.adapter.summary(), "timings": self.timings_in_effect},
             "workload": [op.describe() for op in self.ops],
             "workload_fingerprint": workload.fingerprint(self.ops),
             "schedule": self.schedule,
@@ -167,7 +169,9 @@ class ScenarioRun:
         self.tenant = self.stack.new_tenant(tenant_name)
         self.port = int(self.adapter.http["port"]) or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        common = {**os.environ, **self.adapter.env, "HTTP_PORT": str(self.port), "LEVEL": str(self.level),
+        # A scenario's [timings] (e.g. a short job TTL) reach the roles through the adapter's [timings_env].
+        self.timings_in_effect, timing_env = self.adapter.timing_overrides(self.scenario.raw.get("timings") or {})
+        common = {**os.environ, **self.adapter.env, **timing_env, "HTTP_PORT": str(self.port), "LEVEL": str(self.level),
                   "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": ""}
         common.pop("VIRTUAL_ENV", None)
         self.env = {**common, **self.tenant.env(proxied=True)}
@@ -197,9 +201,10 @@ class ScenarioRun:
             for index in range(int(counts.get(name, role.instances))):
                 instance = name if index == 0 else f"{name}#{index + 1}"
                 self.supervisor.add(instance, name, command, {**self.env, **role.env})
-        # A failpoint armed before the workload is armed at first start: no extra restart needed.
+        # A failpoint armed before the workload is armed at first start: no extra restart needed; a role held
+        # before the workload (a backlog builds up) is never started until its release.
         for step in self.schedule:
-            if step["action"] == "failpoint" and step.get("at") is None and step.get("when") is None:
+            if step["action"] in ("failpoint", "hold") and step.get("at") is None and step.get("when") is None:
                 self._hold(step)
         for name in self.supervisor.instances:
             if name not in self.held:
@@ -281,7 +286,8 @@ class ScenarioRun:
             if self.supervisor.instances[name].alive():
                 self.supervisor.stop(name)
         self.history.append("phase", name="hold_start", roles=roles, instances=names, fault=step["index"])
-        self.log(f"holding {', '.join(names)} (so lease recovery cannot mask the fault)")
+        self.log(f"holding {', '.join(names)}" + ("" if step["action"] == "hold" else
+                                                   " (so lease recovery cannot mask the fault)"))
 
     def _release(self, step) -> None:
         roles = step.get("hold") or []
@@ -465,8 +471,33 @@ class ScenarioRun:
             self._start_extra_instance(step.get("role", "worker"))
         elif action == "replay":
             self._replay_failed(step)
+        elif action == "hold":
+            self._hold_then_release(step, delays[0])
         else:
             raise ValueError(f"unknown fault action {action!r}")
+
+    def _hold_then_release(self, step, delay: float) -> None:
+        """Keep roles stopped while work piles up: from before the workload (no trigger; hold_seconds count from
+        the workload start) or from a trigger; then start them, sampling the work queue's consumers if asked."""
+        if step.get("at") is None and step.get("when") is None:
+            time.sleep(max(0.0, self.workload_started + float(step.get("hold_seconds", 5)) - time.monotonic()))
+        else:
+            if not self._wait_trigger(step, delay):
+                return
+            self._hold(step)
+            time.sleep(float(step.get("hold_seconds", 5)))
+        if step.get("sample_consumers") and self.sampler is None:
+            queue = self.adapter.broker["work_queue"]
+            self.sampler = ConsumerSampler(self.management, self.history, queue)
+            self.history.append("phase", name="consumer_sampling_start", queue=queue, fault=step["index"])
+            self.sampler.start()
+        self._release(step)
+
+    def _stop_sampler(self) -> None:
+        if self.sampler is not None and self.sampler.is_alive():
+            self.sampler.halt()
+            self.history.append("phase", name="consumer_sampling_end", ticks=self.sampler.ticks,
+                                errors=self.sampler.errors, last_error=self.sampler.last_error)
 
     def _peek_while_down(self, step) -> None:
         """While the crashed consumer is down, look into the work queue (messages requeued at once): an unacked
@@ -577,6 +608,7 @@ class ScenarioRun:
             if not depth.get("ready"):
                 break
             time.sleep(0.3)
+        self._stop_sampler()  # the backlog is gone: nothing left to bound
         settle = float(self.scenario.raw.get("settle_seconds", 0.5))
         time.sleep(settle)
         self.observer.tick()
@@ -589,6 +621,7 @@ class ScenarioRun:
         self.stopping.set()
         for timer in self.restart_timers:
             timer.cancel()
+        self._stop_sampler()
         for poller in (self.observer, self.tap):
             if poller is not None:
                 poller.halt()

@@ -109,6 +109,10 @@ def for_grade(scenarios, adapter, level: int) -> tuple[list[Scenario], list[tupl
         if lacking:
             skipped.append((s, f"adapter lacks {', '.join(lacking)}"))
             continue
+        unsettable = sorted(k for k in (s.raw.get("timings") or {}) if k not in adapter.timings_env)
+        if unsettable:
+            skipped.append((s, f"adapter cannot set {', '.join(unsettable)} (no [timings_env] entry)"))
+            continue
         original = by_name.get(s.raw.get("fallback_for", ""))
         if original is not None and all(adapter.has(c) for c in original.requires) and original.level <= level:
             skipped.append((s, f"{original.name} runs instead (exact window)"))

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from . import (ack_after_commit, bounded_retries, duplicate_effects, fault_coverage, lease_ownership,
-               lost_accepted_work,
-               message_hygiene, replay_audit, staging_safety, state_regression)
+from . import (ack_after_commit, bounded_concurrency, bounded_retries, duplicate_effects, expiry, fault_coverage,
+               lease_ownership, lost_accepted_work, message_hygiene, replay_audit, staging_safety, state_regression)
 from .base import INVALID, UNKNOWN, VALID, Verdict, combine
 
 CHECKERS = {
     module.NAME: module
     for module in (lost_accepted_work, duplicate_effects, state_regression, bounded_retries, ack_after_commit,
-                   message_hygiene, lease_ownership, staging_safety, replay_audit, fault_coverage)
+                   message_hygiene, lease_ownership, staging_safety, replay_audit, expiry, bounded_concurrency,
+                   fault_coverage)
 }
 
 

@@ -28,6 +28,9 @@ def _happened(step: dict, history) -> tuple[bool, str]:
     if action == "replay":
         done = [e for e in history.of_type("invoke") if e.get("f") == "replay"]
         return bool(done), f"{len(done)} replays requested"
+    if action == "hold":
+        held = [e for e in history.of_type("phase") if e.get("name") == "hold_end" and e.get("fault") == step.get("index")]
+        return bool(held), f"roles held and released {len(held)} times"
     if action == "start_instance":
         return True, "instance started"
     return False, f"unknown action {action!r}"

@@ -1,7 +1,8 @@
 """Invariant 1 — no lost accepted work (BE-JOB-001, BE-JOB-003).
 
 Every upload answered 202 ends ``ready`` with every variant its level promises,
-or ``failed`` with an error_code when the input was deliberately bad. Operations
+or ``failed`` with an error_code when the input was deliberately bad (or with the adapter's expiry
+error_code: expired work is judged by the expiry checker). Operations
 with unknown outcome (``info``) are neither lost nor successful (Jepsen); a
 client retry with the same Idempotency-Key that gets a 202 makes them accepted.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence,
                    final_read_ok, level_of, seed_of)
+from .expiry import expiry_code
 
 NAME = "lost_accepted_work"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
@@ -47,7 +49,9 @@ def check(history, final, run) -> Verdict:
             elif bad_input and invoke.get("kind") == "bad":
                 pass  # a lenient implementation may decode a file we thought bad; not a loss
         elif state == "failed":
-            if not bad_input:
+            if body.get("error_code") == expiry_code(run) and not bad_input:
+                pass  # expired work is an outcome of its own, judged by the expiry checker
+            elif not bad_input:
                 problems.append(evidence("good input ended failed", error_code=body.get("error_code"), **base))
             elif not body.get("error_code"):
                 problems.append(evidence("failed without an error_code", **base))

@@ -72,7 +72,8 @@ def test_grade_checklist_and_recheck_of_a_grade_folder(tmp_path):
     checklist = requirement_checklist(entries, skipped)
     assert checklist["BE-JOB-002"]["status"] == "fail" and "bad (seed 42)" in checklist["BE-JOB-002"]["why"]
     assert checklist["BE-JOB-006"]["status"] == "skipped" and "proves level 4" in checklist["BE-JOB-006"]["why"]
-    assert checklist["BE-JOB-004"]["status"] == "skipped"
+    assert checklist["BE-JOB-004"]["status"] == "skipped"  # no scenario here names it
+    assert checklist["BE-JOB-007"]["status"] == "skipped" and "batch" in checklist["BE-JOB-007"]["why"]
     results = aggregate(grade_dir, {"name": "fake", "level": 4, "path": None}, 3, 42, entries, skipped, {"total": 3})
     from harness.report import write_grade_reports
     write_grade_reports(grade_dir, results)

@@ -99,8 +99,9 @@ def test_invalid_scenarios_are_rejected(tmp_path):
 
 
 class FakeAdapter:
-    def __init__(self, caps):
+    def __init__(self, caps, timings_env=None):
         self.caps = caps
+        self.timings_env = timings_env or {}
 
     def has(self, c):
         return c in self.caps
@@ -143,3 +144,18 @@ def test_report_schema_accepts_a_valid_report_and_rejects_broken_ones():
     assert errors("report.schema.json", broken)
     grade = {**valid_report(), "kind": "grade"}
     assert any("scenarios" in p for p in errors("report.schema.json", grade))
+
+
+def test_scenario_timings_need_an_adapter_variable_and_reach_the_roles_env():
+    catalogue = scenarios.catalogue()
+    chosen, skipped = scenarios.for_grade(catalogue, FakeAdapter({"failpoints", "replay"}), 4)
+    assert any(s.name == "expiry-after-backlog" and "cannot set job_ttl_seconds" in why for s, why in skipped)
+    chosen, _ = scenarios.for_grade(catalogue, FakeAdapter({"failpoints", "replay"},
+                                                           {"job_ttl_seconds": "JOB_TTL_SECONDS"}), 4)
+    assert {"expiry-after-backlog", "prefetch-under-backlog"} <= {s.name for s in chosen}
+    reference = adapter_mod.load("reference")
+    timings, env = reference.timing_overrides({"job_ttl_seconds": 2})
+    assert env == {"JOB_TTL_SECONDS": "2"} and timings["job_ttl_seconds"] == 2 and timings["lease_seconds"] == 4
+    with pytest.raises(AdapterError, match="lease_seconds"):
+        reference.timing_overrides({"lease_seconds": 1})
+    assert reference.summary()["limits"] == {"prefetch": 2} and reference.summary()["consumers"] == ["worker"]

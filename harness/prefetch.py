@@ -1,0 +1,67 @@
+"""Bounded prefetch (BE-JOB-004), read from outside: every consumer of a queue, its prefetch_count and its
+channel's messages_unacknowledged, as the RabbitMQ management API reports them.
+
+Shared by the harness (consumer samples in the history, the `bounded_concurrency` checker) and the load probe
+(load/prefetch.py). `read_consumers` does the I/O on a given client; `evaluate` is pure.
+"""
+from __future__ import annotations
+
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ChannelSample:
+    at: float
+    channel: str
+    prefetch: int
+    unacked: int
+    consumer: str = ""
+
+
+@dataclass
+class PrefetchVerdict:
+    ok: bool
+    max_unacked: int
+    prefetch: int | None
+    samples: int
+    violations: list[ChannelSample] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        if not self.samples:
+            return "prefetch unknown: no consumer channel was sampled"
+        state = "within" if self.ok else "EXCEEDED"
+        return (f"prefetch {state}: max unacked per consumer channel {self.max_unacked} with prefetch "
+                f"{self.prefetch} over {self.samples} samples" +
+                (f"; first violation {self.violations[0]}" if self.violations else ""))
+
+
+def read_consumers(client, vhost: str, queue: str) -> list[ChannelSample]:
+    """One sample of every consumer on `queue`; `client` is an httpx.Client on the management API."""
+    quoted = urllib.parse.quote(vhost, safe="")
+    consumers = client.get(f"/api/consumers/{quoted}").raise_for_status().json()
+    now = time.time()
+    samples = []
+    for consumer in (c for c in consumers if c["queue"]["name"] == queue):
+        channel_name = consumer["channel_details"]["name"]
+        channel = client.get(f"/api/channels/{urllib.parse.quote(channel_name, safe='')}")
+        if channel.status_code != 200:
+            continue  # the channel closed between the two reads
+        body = channel.json()
+        # Prefetch may be set per consumer (basic.qos global=false) or per channel (global=true).
+        prefetch = consumer.get("prefetch_count") or body.get("prefetch_count") or body.get("global_prefetch_count") or 0
+        samples.append(ChannelSample(now, channel_name, int(prefetch), int(body.get("messages_unacknowledged", 0)),
+                                     consumer.get("consumer_tag") or ""))
+    return samples
+
+
+def evaluate(samples: list[ChannelSample], limit: int | None = None) -> PrefetchVerdict:
+    """Unacked ≤ prefetch on every sample; a prefetch of 0 means unlimited, which itself is a violation.
+    With `limit` (the implementation's declared prefetch), prefetch and unacked above it are violations too."""
+    violations = [s for s in samples if s.prefetch == 0 or s.unacked > s.prefetch
+                  or (limit is not None and max(s.prefetch, s.unacked) > limit)]
+    prefetches = {s.prefetch for s in samples}
+    return PrefetchVerdict(ok=bool(samples) and not violations, max_unacked=max((s.unacked for s in samples), default=0),
+                           prefetch=max(prefetches) if prefetches else None, samples=len(samples),
+                           violations=violations)

@@ -1,0 +1,149 @@
+"""bounded_concurrency (BE-JOB-004) and expiry (BE-JOB-005) over hand-made histories: each rejects the bug it
+names and accepts a correct run."""
+
+from __future__ import annotations
+
+from harness.checkers import bounded_concurrency, expiry, lost_accepted_work
+from harness.checkers.base import INVALID, UNKNOWN, VALID
+from harness_histories import T0, Builder, iso
+
+SAMPLED = {"name": "prefetch-under-backlog", "checks": ["bounded_concurrency"]}
+EXPIRY = {"name": "expiry-after-backlog", "checks": ["expiry"]}
+
+
+def sampled(unacked_by_tick, prefetch=2, limit=2, consumers=("amq.ctag-1",)):
+    """A held worker released at 5 s, then one consumer line per consumer per tick (every 0.15 s)."""
+    b = Builder(scenario=SAMPLED)
+    b.run["adapter"]["limits"] = {"prefetch": limit} if limit else {}
+    b.add(5.0, "phase", name="consumer_sampling_start", queue="work", fault=0)
+    for tick, unacked in enumerate(unacked_by_tick, start=1):
+        for n, tag in enumerate(consumers):
+            b.add(5.0 + 0.15 * tick, "consumer", queue="work", tick=tick, consumers=len(consumers), consumer_tag=tag,
+                  channel=f"127.0.0.1:5{n} -> 127.0.0.1:5672 (1)", prefetch=prefetch, unacked=unacked)
+    return b
+
+
+def test_bounded_concurrency_valid_when_unacked_stays_within_prefetch():
+    b = sampled([0, 1, 2, 2, 2, 1, 2, 2, 1, 0])
+    verdict = bounded_concurrency.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised
+    assert verdict.evidence[0]["max_unacked"] == 2 and verdict.evidence[0]["consumers"] == ["amq.ctag-1"]
+
+
+def test_bounded_concurrency_catches_unacked_above_prefetch():
+    b = sampled([1, 2, 3, 2, 2, 2, 1])
+    verdict = bounded_concurrency.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and verdict.seed == 42
+    item = verdict.evidence[0]
+    assert item["consumer_tag"] == "amq.ctag-1" and item["unacked"] == 3 and "unacked 3 > prefetch 2" in item["message"]
+    assert item["lines"] and item["t"] == 5.45 and item["wall"] == T0 + 5.45
+
+
+def test_bounded_concurrency_catches_unlimited_prefetch_and_the_declared_limit():
+    unlimited = sampled([1, 2, 2, 2, 2, 2], prefetch=0)
+    verdict = bounded_concurrency.check(unlimited.history(), unlimited.final, unlimited.run)
+    assert verdict.status == INVALID and "unlimited" in verdict.evidence[0]["message"]
+    # Within its own prefetch of 50, but the adapter claims 2: the claim is what the grade holds it to.
+    above = sampled([10, 30, 40, 20, 10, 5], prefetch=50, limit=2)
+    verdict = bounded_concurrency.check(above.history(), above.final, above.run)
+    assert verdict.status == INVALID and "declared limit 2" in verdict.evidence[0]["message"]
+    assert bounded_concurrency.check(above.history(), above.final, {**above.run, "adapter": {}}).status == VALID
+
+
+def test_bounded_concurrency_unknown_with_too_few_samples_and_silent_elsewhere():
+    few = sampled([0, 2, 1])
+    assert bounded_concurrency.check(few.history(), few.final, few.run).status == UNKNOWN
+    idle = sampled([0] * 20)  # a consumer was there, but never held a delivery while watched
+    assert bounded_concurrency.check(idle.history(), idle.final, idle.run).status == UNKNOWN
+    other = Builder()
+    verdict = bounded_concurrency.check(other.history(), other.final, other.run)
+    assert verdict.status == VALID and not verdict.exercised
+
+
+# --- expiry -------------------------------------------------------------------------------------------------
+
+EXPIRED = "11111111-1111-4111-8111-111111111111"
+AMBIGUOUS = "22222222-2222-4222-8222-222222222222"
+FRESH = "33333333-3333-4333-8333-333333333333"
+
+
+def expiry_run(expired_end=None, fresh_end=None, ttl=2.0):
+    """Worker held 0.5 s → 4 s with a 2 s TTL: EXPIRED accepted at 1 s (TTL out at 3 s, before the release),
+    AMBIGUOUS at 2.5 s (either outcome allowed), FRESH at 5 s (after the first claim at 4.3 s)."""
+    b = Builder(scenario=EXPIRY)
+    b.run["adapter"]["timings"]["job_ttl_seconds"] = ttl
+    b.run["adapter"].update(expiry={"error_code": "expired"}, consumers=["worker"])
+    b.add(0.5, "phase", name="hold_start", roles=["worker"], instances=["worker"], fault=0)
+    b.upload(1.0, EXPIRED, job_id="j1", op="u1")
+    b.upload(2.5, AMBIGUOUS, job_id="j2", op="u2")
+    b.add(4.0, "phase", name="hold_end", roles=["worker"], instances=["worker"], fault=0)
+    b.upload(5.0, FRESH, job_id="j3", op="u3")
+    claim = lambda at: [(at, "queued", "processing", 1, "worker")]
+    b.transitions(EXPIRED, [(1.1, None, "queued", 1, "api")] + claim(4.3) + [
+        (4.35, "processing", expired_end or "failed", 1, "worker")],
+        error_code=None if expired_end == "ready" else "expired")
+    b.transitions(AMBIGUOUS, [(2.6, None, "queued", 1, "api")] + claim(4.4) + [(4.9, "processing", "ready", 1, "worker")])
+    b.transitions(FRESH, [(5.1, None, "queued", 1, "api")] + claim(5.2) + [
+        (5.6, "processing", fresh_end or "ready", 1, "worker")],
+        error_code="expired" if fresh_end == "failed" else None)
+    return b
+
+
+def test_expiry_valid_when_the_held_job_expired_without_effect_and_fresh_work_is_ready():
+    b = expiry_run()
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised
+    assert verdict.evidence[0]["attachment_id"] == EXPIRED and verdict.evidence[-1]["attachment_ids"] == [FRESH]
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == VALID  # expired is not lost
+
+
+def test_expiry_catches_a_job_processed_after_its_ttl():
+    b = expiry_run(expired_end="ready")
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    item = verdict.evidence[0]
+    assert item["attachment_id"] == EXPIRED and "TTL ran out" in item["message"] and item["lines"]
+    assert verdict.seed == 42
+
+
+def test_expiry_catches_objects_of_a_job_that_expired_while_held_and_results_of_any_expired_job():
+    b = expiry_run()
+    b.final["bucket_objects"] = [{"key": f"variants/{EXPIRED}/1/thumbnail", "size": 10, "last_modified": iso(T0 + 4)}]
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "yet has objects" in verdict.evidence[0]["message"]
+    assert verdict.evidence[0]["effects"] == [f"object variants/{EXPIRED}/1/thumbnail"]
+    b = expiry_run()
+    b.final["attachments"][EXPIRED]["body"]["variants"] = [{"name": "thumbnail", "key": f"variants/{EXPIRED}/t"}]
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "business effect" in verdict.evidence[0]["message"]
+
+
+def test_expiry_notes_objects_left_by_work_whose_commit_expired():
+    b = expiry_run()
+    body = b.final["attachments"][AMBIGUOUS]["body"]  # began before its TTL ran out, commit refused: expired
+    body.update(state="failed", error_code="expired", variants=[], updated_at=iso(T0 + 4.9))
+    b.final["bucket_objects"] = [{"key": f"variants/{AMBIGUOUS}/1/crop", "size": 10, "last_modified": iso(T0 + 4.8)}]
+    b.final["attachments"][AMBIGUOUS]["events"][-1]["to"] = "failed"
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID
+    assert verdict.evidence[-1]["attachment_id"] == AMBIGUOUS and "unreferenced" in verdict.evidence[-1]["message"]
+
+
+def test_expiry_catches_fresh_work_expired_and_expiry_before_the_ttl():
+    b = expiry_run(fresh_end="failed")
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    messages = " | ".join(e["message"] for e in verdict.evidence)
+    assert "before its TTL" in messages and "after the consumers were back" in messages
+
+
+def test_expiry_unknown_when_the_scenario_could_not_prove_it_and_silent_elsewhere():
+    b = expiry_run(ttl=None)
+    b.run["adapter"]["timings"].pop("job_ttl_seconds")
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "job_ttl_seconds" in verdict.summary
+    long_ttl = expiry_run(expired_end="ready", ttl=86400)  # nothing could expire during the hold
+    assert expiry.check(long_ttl.history(), long_ttl.final, long_ttl.run).status == UNKNOWN
+    other = Builder()
+    verdict = expiry.check(other.history(), other.final, other.run)
+    assert verdict.status == VALID and not verdict.exercised
