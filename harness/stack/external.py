@@ -35,11 +35,19 @@ def external_urls(environ: dict[str, str] | None = None) -> dict[str, str]:
     return urls
 
 
+def _docker_socket() -> str:
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    return host.removeprefix("unix://")
+
+
 def docker_status() -> BackendStatus:
     """testcontainers needs a Docker daemon; say plainly why it is skipped when there is none."""
+    socket_path = _docker_socket()
     try:
         import docker  # installed with the `containers` extra (testcontainers)
     except ImportError:
+        if not os.path.exists(socket_path):
+            return BackendStatus("testcontainers", False, f"no Docker daemon reachable ({socket_path} does not exist)")
         return BackendStatus("testcontainers", False, "testcontainers is not installed (pip install '.[containers]')")
     try:
         docker.from_env(timeout=3).ping()
