@@ -9,7 +9,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .schemas import REPO_ROOT, errors
+from .schemas import REPO_ROOT, SchemaDocument, errors
 
 WINDOWS = (
     "after_staging_before_record",
@@ -43,17 +43,10 @@ class Role:
 
 
 @dataclass(frozen=True)
-class Adapter:
+class Adapter(SchemaDocument):
     path: Path
     raw: dict
 
-    @property
-    def name(self) -> str:
-        return self.raw["name"]
-
-    @property
-    def level(self) -> int:
-        return int(self.raw["level"])
 
     @property
     def directory(self) -> Path:

@@ -6,7 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schemas import REPO_ROOT, errors
+from .schemas import REPO_ROOT, SchemaDocument, errors
 
 CATALOGUE_DIR = REPO_ROOT / "scenarios"
 
@@ -16,7 +16,7 @@ class ScenarioError(ValueError):
 
 
 @dataclass(frozen=True)
-class Scenario:
+class Scenario(SchemaDocument):
     path: Path
     raw: dict
 
@@ -26,13 +26,6 @@ class Scenario:
         except KeyError:
             raise AttributeError(item) from None
 
-    @property
-    def name(self) -> str:
-        return self.raw["name"]
-
-    @property
-    def level(self) -> int:
-        return int(self.raw["level"])
 
     @property
     def requires(self) -> list[str]:

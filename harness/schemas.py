@@ -23,3 +23,21 @@ def errors(name: str, document) -> list[str]:
     """Human-readable validation errors of ``document`` against schemas/``name`` (empty when valid)."""
     found = sorted(validator(name).iter_errors(document), key=lambda e: list(e.absolute_path))
     return [f"{'/'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in found]
+
+
+class SchemaDocument:
+    """A TOML document (adapter, scenario) validated against its schema: its file and its parsed content.
+
+    Subclasses are frozen dataclasses with `path` and `raw`; the fields every such document has live here.
+    """
+
+    path: Path
+    raw: dict
+
+    @property
+    def name(self) -> str:
+        return self.raw["name"]
+
+    @property
+    def level(self) -> int:
+        return int(self.raw["level"])
