@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .stack.process import signal_group
+
 
 @dataclass
 class Instance:
@@ -119,10 +121,7 @@ class Supervisor:
             instance = self.instances[name]
             if instance.process is None:
                 return
-            try:
-                os.killpg(instance.process.pid, sig)
-            except ProcessLookupError:
-                pass
+            signal_group(instance.process.pid, sig)
             if sig == signal.SIGSTOP:
                 instance.paused = True
             elif sig == signal.SIGCONT:

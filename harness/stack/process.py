@@ -41,12 +41,8 @@ class ServiceProcess:
         return self.popen is not None and self.popen.poll() is None
 
     def signal_group(self, sig: int) -> None:
-        if self.popen is None:
-            return
-        try:
-            os.killpg(self.popen.pid, sig)
-        except ProcessLookupError:
-            pass
+        if self.popen is not None:
+            signal_group(self.popen.pid, sig)
 
     def kill(self) -> None:
         """SIGKILL the whole group and reap the leader."""
@@ -74,6 +70,14 @@ class ServiceProcess:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send `sig` to a whole process group we started; a group that is already gone is not an error."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def group_members(pgid: int | None) -> list[int]:
