@@ -30,8 +30,7 @@ def heal_all(supervisor, toxiproxy, expected_running: set[str], history=None, st
         if instance.armed and name in expected_running:
             supervisor.restart(name, {"FAILPOINTS": ""})
             repaired.append(f"{name} was armed")
-        elif name in expected_running and not instance.alive():
-            supervisor.start(name, {"FAILPOINTS": ""})
+        elif name in expected_running and supervisor.ensure_running(name, {"FAILPOINTS": ""}):
             repaired.append(f"{name} was down")
     deadline = time.monotonic() + timeout
     problems = []
@@ -43,9 +42,9 @@ def heal_all(supervisor, toxiproxy, expected_running: set[str], history=None, st
             problems += [f"service {s} down" for s in ("postgres", "rabbitmq", "s3") if not stack.alive(s)]
         if not problems:
             break
-        for name, instance in supervisor.instances.items():
-            if name in expected_running and not instance.alive():
-                supervisor.start(name, {"FAILPOINTS": ""})
+        for name in supervisor.instances:
+            if name in expected_running:
+                supervisor.ensure_running(name, {"FAILPOINTS": ""})
         time.sleep(0.3)
     if history is not None:
         history.append("phase", name="healed", repaired=repaired, problems=problems)

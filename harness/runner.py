@@ -266,11 +266,7 @@ class ScenarioRun:
         def restart():
             if self.stopping.is_set() or name in self.held or name in self.extra_stopped:
                 return
-            try:
-                if not self.supervisor.instances[name].alive():
-                    self.supervisor.start(name, {"FAILPOINTS": ""})
-            except RuntimeError:
-                pass  # heal or the nemesis restarted it first
+            self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
         timer = threading.Timer(delay, restart)
         timer.daemon = True
         self.restart_timers.append(timer)
@@ -296,8 +292,7 @@ class ScenarioRun:
             return
         for name in names:
             self.held.discard(name)
-            if not self.supervisor.instances[name].alive():
-                self.supervisor.start(name, {"FAILPOINTS": ""})
+            self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
         self.history.append("phase", name="hold_end", roles=roles, instances=names, fault=step["index"])
         self.log(f"released {', '.join(names)}")
 
@@ -432,7 +427,7 @@ class ScenarioRun:
                 else:
                     time.sleep(float(step.get("restart_after", 0.5)))
                 if name not in self.held:
-                    self.supervisor.start(name, {"FAILPOINTS": ""})
+                    self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
             time.sleep(float(step.get("hold_seconds", 0)))
             self._release(step)
         elif action == "sigstop":

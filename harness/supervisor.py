@@ -160,9 +160,22 @@ class Supervisor:
             except ProcessLookupError:
                 pass
 
+    def ensure_running(self, name: str, extra_env: dict[str, str] | None = None) -> bool:
+        """Start ``name`` unless it runs; True if this call started it.
+
+        Restart timers, heal and the nemesis all revive crashed roles; the check and the start
+        happen under one lock so that two of them racing cannot both try."""
+        with self._lock:
+            if self.instances[name].alive():
+                return False
+            self.start(name, extra_env)
+            return True
+
     def restart(self, name: str, extra_env: dict[str, str] | None = None) -> Instance:
-        self.stop(name, timeout=2)
-        return self.start(name, extra_env)
+        # Held across stop and start so a restart timer cannot slip a start in between.
+        with self._lock:
+            self.stop(name, timeout=2)
+            return self.start(name, extra_env)
 
     def wait_exit(self, name: str, timeout: float) -> bool:
         instance = self.instances[name]

@@ -59,3 +59,34 @@ def test_unexpected_exit_is_reported_to_the_callback(tmp_path):
     assert wait_for(lambda: bool(seen))
     assert seen[0]["returncode"] == 137 and not seen[0]["expected"]
     sup.stop_all()
+
+
+def test_revivers_racing_start_a_crashed_role_once(tmp_path):
+    """A restart timer and heal both revive a crashed role at once (the CI flake of
+    window-commit-ack-failpoint): exactly one start happens and neither raises."""
+    import threading
+
+    sup = Supervisor(tmp_path, None)
+    sup.add("worker", "worker", [sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ))
+    sup.start("worker")
+    sup.kill("worker")
+    barrier = threading.Barrier(8)
+    started, errors = [], []
+
+    def revive():
+        barrier.wait()
+        try:
+            started.append(sup.ensure_running("worker"))
+        except Exception as exc:  # the bug: "worker is already running"
+            errors.append(exc)
+
+    threads = [threading.Thread(target=revive) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    try:
+        assert not errors and started.count(True) == 1
+        assert sup.instances["worker"].starts == 2
+    finally:
+        sup.stop_all()
