@@ -30,6 +30,9 @@ from reference.runtime import sleep_or_stop
 log = logging.getLogger("reference.relay")
 NOTIFY_CHANNEL = "reference_outbox"
 PUBLISH_TIMEOUT_SECONDS = 10.0
+# Rows that are due but locked by another relay mid-publish (SKIP LOCKED) must not make this one spin:
+# after an empty drain it waits at least this long for them (a NOTIFY still wakes it at once).
+CONTENDED_WAIT_SECONDS = 0.2
 
 
 class Relay:
@@ -79,7 +82,8 @@ class Relay:
                 if published >= self.settings.relay_batch_size:
                     continue  # more may be due right now
                 wake.clear()
-                await self._wait(work, wake, stop, listener)
+                await self._wait(work, wake, stop, listener,
+                                 floor=CONTENDED_WAIT_SECONDS if published == 0 else 0.0)
         finally:
             if listener is not None:
                 listener.cancel()
@@ -94,12 +98,14 @@ class Relay:
         async for _ in conn.notifies():
             wake.set()
 
-    async def _wait(self, work, wake: asyncio.Event, stop: asyncio.Event, listener: asyncio.Task) -> None:
+    async def _wait(self, work, wake: asyncio.Event, stop: asyncio.Event, listener: asyncio.Task,
+                    floor: float = 0.0) -> None:
+        """Sleep until the earliest due row, a NOTIFY, stop, or the poll interval; at least ``floor``."""
         timeout = self.settings.relay_poll_seconds
         cursor = await work.execute(queries().outbox_next_due)
         row = await cursor.fetchone()
         if row and row["seconds"] is not None:
-            timeout = max(0.0, min(timeout, row["seconds"]))
+            timeout = max(floor, min(timeout, row["seconds"]))
         if timeout <= 0:
             return
         waiters = [asyncio.create_task(wake.wait()), asyncio.create_task(stop.wait())]

@@ -214,8 +214,8 @@ class Worker:
         token = claim["fencing_token"]
         log.info("claimed job %s attempt %d token %d", job.job_id, claim["attempt"], token)
         if claim["expired"]:
-            await self._finish_failed(message, claim, "expired", "expired before its effect")
-            metrics.JOBS_EXPIRED.inc()
+            if await self._finish_failed(message, claim, "expired", "expired before its effect"):
+                metrics.JOBS_EXPIRED.inc()
             return
 
         timings: dict[str, float] = {"wait": claimed_at - received_at}
@@ -248,8 +248,8 @@ class Worker:
             committed = await self._commit(claim, results)
             timings["commit"] = time.monotonic() - mark
             if committed == "expired":
-                await self._finish_failed(message, claim, "expired", "expired before its commit")
-                metrics.JOBS_EXPIRED.inc()
+                if await self._finish_failed(message, claim, "expired", "expired before its commit"):
+                    metrics.JOBS_EXPIRED.inc()
                 return
             if committed != "ready":
                 metrics.JOBS.labels("fenced").inc()
@@ -356,7 +356,8 @@ class Worker:
         log.info("job %s: transient error (%s); attempt %d at +%.2fs", claim["job_id"], reason, row["attempt"], delay)
         await _settle(message, "ack")
 
-    async def _finish_failed(self, message, claim, error_code: str, reason: str) -> None:
+    async def _finish_failed(self, message, claim, error_code: str, reason: str) -> bool:
+        """Record ``failed`` under the fence and ack; False (and nack) if the fence rejected it."""
         row = await self._db(queries().fail_job, {
             "job_id": claim["job_id"], "fencing_token": claim["fencing_token"], "error_code": error_code,
             "reason": reason[:500], "actor": f"worker:{self.identity}",
@@ -364,10 +365,11 @@ class Worker:
         if row is None:
             metrics.JOBS.labels("fenced").inc()
             await _settle(message, "nack")
-            return
+            return False
         metrics.JOBS.labels("expired" if error_code == "expired" else "failed").inc()
         log.info("job %s failed: %s", claim["job_id"], error_code)
         await _settle(message, "ack")
+        return True
 
     async def _dead_letter(self, message, reason: str) -> None:
         metrics.JOBS.labels("poison").inc()
@@ -379,10 +381,12 @@ class Worker:
                 aio_pika.Message(message.body, headers=headers, content_type=message.content_type,
                                  message_id=message.message_id, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
                 routing_key=topology.ROUTING_KEY, mandatory=False, timeout=10)
-            await message.ack()
         except Exception as exc:
             log.warning("dead-letter publish failed (%s); rejecting to the queue's DLX", type(exc).__name__)
             await _settle(message, "reject")
+            return
+        # If this ack is lost the redelivery is dead-lettered again: a duplicate in the DLQ, never a loss.
+        await _settle(message, "ack")
 
     # ----------------------------------------------------------- database helpers
 

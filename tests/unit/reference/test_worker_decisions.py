@@ -1,0 +1,588 @@
+"""Decision logic of one worker delivery (Worker._handle / _process / _not_claimed), without services.
+
+The Worker is built with the real Settings and real Failpoints; only the seams that touch the outside
+world are replaced: ``_db_once`` (every SQL statement), the object store, the render pool, the dead-letter
+exchange and the delivery itself. Every fake writes into ONE journal, so a test can assert not only what
+happened but in which order (an ack must never precede the commit it confirms).
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+from prometheus_client import REGISTRY
+
+from reference import imaging
+from reference import worker as worker_module
+from reference.db.queries import queries
+from reference.failpoints import Failpoints
+from reference.keys import variant_key
+from reference.messages import JobMessage
+from reference.settings import Settings
+from reference.storage import ObjectMissing, StorageUnavailable
+
+STATEMENT_NAMES = {getattr(queries(), name): name for name in queries().names()}
+ORIGINAL = b"original image bytes"
+JOB_ID = uuid.UUID("0b7e7c52-3f0e-4a52-9a57-6d2b7c1f9e01")
+ATTACHMENT_ID = uuid.UUID("5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e")
+VARIANTS = ("thumbnail", "crop", "optimized")
+TOKEN = 7
+
+
+# ------------------------------------------------------------------ fakes
+
+
+class FakeDatabase:
+    """Stands in for Worker._db_once: answers each named statement from ``answers`` (a value, an exception
+    to raise, or a callable of the params) and journals it as ``db:<name>``."""
+
+    def __init__(self, journal: list[str]):
+        self.journal = journal
+        self.calls: list[tuple[str, dict]] = []
+        self.answers: dict = {
+            "renew_lease": {"lease_expires_at": datetime.now(timezone.utc)},
+            "commit_result": {"job_id": JOB_ID, "stored": len(VARIANTS)},
+            "retry_job": lambda params: {"job_id": JOB_ID, "attempt": 2, "next_attempt_at": None},
+            "fail_job": {"job_id": JOB_ID, "attempt": 1},
+        }
+
+    async def __call__(self, sql: str, params: dict):
+        name = STATEMENT_NAMES[sql]
+        self.journal.append(f"db:{name}")
+        self.calls.append((name, params))
+        answer = self.answers.get(name)
+        if callable(answer):
+            answer = answer(params)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def params(self, name: str) -> dict:
+        matching = [params for called, params in self.calls if called == name]
+        assert len(matching) == 1, f"{name} ran {len(matching)} times"
+        return matching[0]
+
+
+class FakeStore:
+    def __init__(self, journal: list[str]):
+        self.journal = journal
+        self.get_error: BaseException | None = None
+        self.put_error: BaseException | None = None
+
+    def get_bytes(self, key: str) -> bytes:
+        self.journal.append("get")
+        if self.get_error:
+            raise self.get_error
+        return ORIGINAL
+
+    def put_bytes(self, key: str, data: bytes, content_type: str, sha256: str | None = None) -> None:
+        self.journal.append(f"put:{key}")
+        if self.put_error:
+            raise self.put_error
+
+
+class FakeRenderPool:
+    def __init__(self, journal: list[str]):
+        self.journal = journal
+        self.error: BaseException | None = None
+        self.delay = 0.0
+
+    async def render(self, data: bytes, variants: tuple[str, ...]) -> list[imaging.RenderedVariant]:
+        self.journal.append("render")
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error:
+            raise self.error
+        return [imaging.RenderedVariant(name, f"{name}-bytes".encode(), "image/webp", "webp", 64, 64)
+                for name in variants]
+
+    def warm_up(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class FakeDeadLetterExchange:
+    def __init__(self, journal: list[str]):
+        self.journal = journal
+        self.published: list = []
+        self.error: BaseException | None = None
+
+    async def publish(self, message, routing_key, *, mandatory, timeout):
+        self.journal.append("dead_letter")
+        if self.error:
+            raise self.error
+        self.published.append(message)
+
+
+class FakeDelivery:
+    """An incoming AMQP delivery: ack / nack / reject are journaled, with their requeue flag."""
+
+    def __init__(self, journal: list[str], body: bytes, message_id: str | None):
+        self.journal = journal
+        self.body, self.message_id = body, message_id
+        self.headers = {"x-attempt": 1}
+        self.content_type = "application/json"
+
+    async def ack(self):
+        self.journal.append("ack")
+
+    async def nack(self, requeue: bool = True):
+        self.journal.append("nack" if requeue else "nack-drop")
+
+    async def reject(self, requeue: bool = False):
+        self.journal.append("reject-requeue" if requeue else "reject")
+
+
+class RecordingBackoff:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.asked: list[int] = []
+
+    def delay(self, failures_before: int) -> float:
+        self.asked.append(failures_before)
+        return self.seconds
+
+
+# ------------------------------------------------------------------ harness
+
+
+def job_message(attempt: int = 1) -> JobMessage:
+    now = datetime.now(timezone.utc)
+    return JobMessage(job_id=JOB_ID, attempt=attempt, attachment_id=ATTACHMENT_ID, pipeline_version=1,
+                      variants=VARIANTS, created_at=now, expires_at=now + timedelta(hours=1))
+
+
+def claim_row(attempt: int = 1, attempt_base: int = 0, expired: bool = False) -> dict:
+    now = datetime.now(timezone.utc)
+    return {"job_id": JOB_ID, "attachment_id": ATTACHMENT_ID, "attempt": attempt, "attempt_base": attempt_base,
+            "fencing_token": TOKEN, "pipeline_version": 1, "variants": list(VARIANTS),
+            "expires_at": now + timedelta(hours=1), "lease_expires_at": now + timedelta(seconds=30),
+            "expired": expired, "original_key": f"staging/{ATTACHMENT_ID}",
+            "original_sha256": hashlib.sha256(ORIGINAL).hexdigest(), "original_size": len(ORIGINAL),
+            "content_type": "image/png"}
+
+
+def snapshot_row(state: str, *, attempt: int = 1, token: int = TOKEN, lease_live: bool = True,
+                 expired: bool = False) -> dict:
+    return {"job_id": JOB_ID, "attachment_id": ATTACHMENT_ID, "state": state, "attempt": attempt,
+            "fencing_token": token, "lease_owner": "someone", "lease_expires_at": None,
+            "lease_live": lease_live, "expired": expired}
+
+
+def jobs_counted(outcome: str) -> float:
+    return REGISTRY.get_sample_value("reference_jobs_total", {"outcome": outcome}) or 0.0
+
+
+class Harness:
+    def __init__(self, monkeypatch, failpoints: str = "", **settings):
+        self.journal: list[str] = []
+        self.store = FakeStore(self.journal)
+        self.render_pool = FakeRenderPool(self.journal)
+        # Construction seams: no process pool is started and no S3 client is built.
+        monkeypatch.setattr(worker_module, "RenderPool", lambda *args, **kwargs: self.render_pool)
+        monkeypatch.setattr(worker_module.ObjectStore, "from_settings",
+                            classmethod(lambda cls, *args, **kwargs: self.store))
+        values = {"failpoints": failpoints, "lease_seconds": 30.0, "lease_renew_seconds": 10.0, "max_attempts": 20,
+                  "retry_base_seconds": 1.0, "retry_cap_seconds": 600.0, "worker_concurrency": 2,
+                  "image_workers": 1, "level": 4}
+        values.update(settings)
+        self.worker = worker_module.Worker(Settings(**values))
+        self.db = FakeDatabase(self.journal)
+        monkeypatch.setattr(self.worker, "_db_once", self.db)
+        self.dead_letters = FakeDeadLetterExchange(self.journal)
+        self.worker.dead_letter_exchange = self.dead_letters
+
+    def delivery(self, job: JobMessage | None = None, *, body: bytes | None = None,
+                 message_id: str | None = None) -> FakeDelivery:
+        job = job or job_message()
+        if body is None:
+            body = job.to_body()
+        return FakeDelivery(self.journal, body, message_id if message_id is not None else str(job.job_id))
+
+    def handle(self, delivery: FakeDelivery | None = None) -> FakeDelivery:
+        delivery = delivery or self.delivery()
+        asyncio.run(self.worker._handle(delivery))
+        return delivery
+
+    def settlements(self) -> list[str]:
+        return [entry for entry in self.journal if entry.split("-")[0] in ("ack", "nack", "reject")]
+
+    def ran(self, name: str) -> bool:
+        return f"db:{name}" in self.journal
+
+
+@pytest.fixture
+def harness(monkeypatch) -> Harness:
+    return Harness(monkeypatch)
+
+
+# ------------------------------------------------------------------ poison messages
+
+
+@pytest.mark.parametrize("body, message_id, reason", [
+    (b"{not json", str(JOB_ID), "body is not JSON"),
+    (json.dumps({**job_message().to_dict(), "attempt": 0}).encode(), str(JOB_ID), "schema violation at attempt"),
+    (job_message().to_body(), str(uuid.uuid4()), "AMQP message_id differs from job_id"),
+], ids=["not-json", "schema-violation", "message-id-mismatch"])
+def test_invalid_message_is_dead_lettered_with_its_reason_and_never_requeued(harness, body, message_id, reason):
+    """Poison can never succeed: it goes to the dead-letter exchange and is acked, without touching the DB."""
+    harness.handle(harness.delivery(body=body, message_id=message_id))
+
+    assert harness.journal == ["dead_letter", "ack"]
+    headers = harness.dead_letters.published[0].headers
+    assert headers["x-dead-letter-reason"].startswith(reason)
+    assert headers["x-dead-lettered-by"] == harness.worker.identity
+
+
+def test_failed_dead_letter_publish_rejects_without_requeue(harness):
+    """If our own DLX publish fails, reject(requeue=False) hands the poison to the queue's DLX, not back to us."""
+    harness.dead_letters.error = ConnectionError("channel closed")
+
+    harness.handle(harness.delivery(body=b"{not json"))
+
+    assert harness.journal == ["dead_letter", "reject"]
+
+
+# ------------------------------------------------------------------ not claimed
+
+
+@pytest.mark.parametrize("state, db_attempt, outcome", [
+    ("ready", 1, "noop_ready"),
+    ("failed", 1, "noop_terminal"),
+    ("processing", 1, "busy"),
+    ("queued", 2, "stale"),
+], ids=["ready", "failed", "processing-elsewhere", "queued-other-attempt"])
+def test_unclaimable_job_is_acked_as_a_noop_without_any_write(harness, state, db_attempt, outcome):
+    """A job that is done, failed, leased elsewhere or on another attempt needs nothing from this delivery."""
+    harness.db.answers["claim_job"] = None
+    harness.db.answers["job_snapshot"] = snapshot_row(state, attempt=db_attempt)
+    before = jobs_counted(outcome)
+
+    harness.handle()
+
+    assert harness.journal == ["db:claim_job", "db:job_snapshot", "ack"]
+    assert jobs_counted(outcome) == before + 1
+
+
+def test_message_for_an_unknown_job_is_dead_lettered(harness):
+    """No job row at all: the message can never be processed, so it is kept for an operator, not dropped."""
+    harness.db.answers["claim_job"] = None
+    harness.db.answers["job_snapshot"] = None
+
+    harness.handle()
+
+    assert harness.journal == ["db:claim_job", "db:job_snapshot", "dead_letter", "ack"]
+    assert harness.dead_letters.published[0].headers["x-dead-letter-reason"].startswith("unknown_job")
+
+
+def test_claim_params_carry_the_message_attempt_and_this_worker(harness):
+    """Only the message of the job's current attempt may claim it, under this worker's identity."""
+    harness.db.answers["claim_job"] = None
+    harness.db.answers["job_snapshot"] = snapshot_row("ready")
+
+    harness.handle(harness.delivery(job_message(attempt=3)))
+
+    params = harness.db.params("claim_job")
+    assert params["job_id"] == JOB_ID and params["attempt"] == 3
+    assert params["owner"] == harness.worker.identity and params["lease_seconds"] == 30.0
+
+
+# ------------------------------------------------------------------ permanent failures
+
+
+def test_job_expired_at_claim_fails_as_expired_without_doing_the_work(harness):
+    """An expired job must not start its effect: no fetch, no render, failed 'expired', then ack."""
+    harness.db.answers["claim_job"] = claim_row(expired=True)
+
+    harness.handle()
+
+    assert harness.journal == ["db:claim_job", "db:fail_job", "ack"]
+    params = harness.db.params("fail_job")
+    assert params["error_code"] == "expired" and params["fencing_token"] == TOKEN
+
+
+def test_expired_job_is_counted_as_expired_only_when_its_failure_is_recorded(harness):
+    """The expiry metric counts recorded expiries: a fail_job refused by the fence is a nack, not an expiry."""
+    from reference import metrics
+
+    def expired_total():
+        return metrics.JOBS_EXPIRED._value.get()
+
+    harness.db.answers["claim_job"] = claim_row(expired=True)
+    before = expired_total()
+    harness.handle()
+    assert expired_total() == before + 1
+
+    harness.db.answers["fail_job"] = None
+    harness.handle()
+    assert expired_total() == before + 1 and harness.settlements()[-1] == "nack"
+
+
+def test_rejected_image_fails_with_the_rejection_code(harness):
+    """A permanent image error becomes the job's error_code; nothing is written to S3 or committed."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.render_pool.error = imaging.ImageRejected("too_many_pixels", "50000000 > 40000000")
+
+    harness.handle()
+
+    assert harness.journal == ["db:claim_job", "get", "render", "db:fail_job", "ack"]
+    params = harness.db.params("fail_job")
+    assert params["error_code"] == "too_many_pixels" and params["reason"] == "50000000 > 40000000"
+    assert params["fencing_token"] == TOKEN
+
+
+def test_original_that_differs_from_its_record_fails_without_rendering(harness):
+    """The trusted checksum in the DB decides: a changed staging object is never rendered."""
+    harness.db.answers["claim_job"] = {**claim_row(), "original_sha256": "0" * 64}
+
+    harness.handle()
+
+    assert harness.journal == ["db:claim_job", "get", "db:fail_job", "ack"]
+    assert harness.db.params("fail_job")["error_code"] == "original_checksum_mismatch"
+
+
+def test_missing_original_fails_as_original_missing(harness):
+    """A vanished staging object will not come back: permanent failure, not a retry."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.store.get_error = ObjectMissing(f"staging/{ATTACHMENT_ID}")
+
+    harness.handle()
+
+    assert harness.journal == ["db:claim_job", "get", "db:fail_job", "ack"]
+    assert harness.db.params("fail_job")["error_code"] == "original_missing"
+    assert not harness.ran("retry_job")
+
+
+def test_failure_not_recorded_because_the_fence_moved_is_nacked(harness):
+    """fail_job found no row (lease lost): this worker no longer owns the outcome, so it must not ack."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["fail_job"] = None
+    harness.store.get_error = ObjectMissing("gone")
+
+    harness.handle()
+
+    assert harness.settlements() == ["nack"]
+
+
+# ------------------------------------------------------------------ transient failures
+
+
+@pytest.mark.parametrize("where, error", [
+    ("get", StorageUnavailable("s3 503")),
+    ("get", ConnectionError("reset")),
+    ("render", concurrent.futures.process.BrokenProcessPool("a pool process died")),
+    ("put", StorageUnavailable("s3 SlowDown")),
+], ids=["s3-get-unavailable", "connection-error", "broken-pool", "s3-put-unavailable"])
+def test_transient_error_requeues_through_the_database_with_backoff(harness, where, error):
+    """A transient error is a new attempt recorded in the DB (its outbox row delays the message); the delivery
+    itself is acked, never nacked into a hot broker redelivery loop."""
+    harness.db.answers["claim_job"] = claim_row(attempt=3)
+    harness.worker.backoff = RecordingBackoff(12.5)
+    if where == "get":
+        harness.store.get_error = error
+    elif where == "render":
+        harness.render_pool.error = error
+    else:
+        harness.store.put_error = error
+
+    harness.handle()
+
+    assert harness.journal[-2:] == ["db:retry_job", "ack"]
+    assert not harness.ran("commit_result") and not harness.ran("fail_job")
+    params = harness.db.params("retry_job")
+    assert params["fencing_token"] == TOKEN and params["delay_seconds"] == 12.5
+    assert params["reason"] == worker_module.redact(error)
+    assert harness.worker.backoff.asked == [2]  # two failed attempts before this one
+
+
+def test_retry_backoff_counts_only_the_attempts_of_the_current_round(harness):
+    """After an operator replay (attempt_base 10) attempt 12 is the second of the round: backoff(1)."""
+    harness.db.answers["claim_job"] = claim_row(attempt=12, attempt_base=10)
+    harness.worker.backoff = RecordingBackoff(3.0)
+    harness.store.get_error = StorageUnavailable("s3 503")
+
+    harness.handle()
+
+    assert harness.worker.backoff.asked == [1]
+    assert harness.journal[-2:] == ["db:retry_job", "ack"]
+
+
+def test_real_backoff_delay_stays_under_its_full_jitter_ceiling(harness):
+    """With the configured policy (base 1 s) the first retry waits between 0 and 1 s."""
+    harness.db.answers["claim_job"] = claim_row(attempt=1)
+    harness.store.get_error = StorageUnavailable("s3 503")
+
+    harness.handle()
+
+    assert 0.0 <= harness.db.params("retry_job")["delay_seconds"] <= 1.0
+
+
+def test_transient_error_on_the_last_attempt_fails_as_attempts_exhausted(harness):
+    """Attempt 20 of 20: no further retry is scheduled; the job fails for good."""
+    harness.db.answers["claim_job"] = claim_row(attempt=20)
+    harness.store.get_error = StorageUnavailable("s3 503")
+
+    harness.handle()
+
+    assert harness.journal[-2:] == ["db:fail_job", "ack"]
+    assert not harness.ran("retry_job")
+    assert harness.db.params("fail_job")["error_code"] == "attempts_exhausted"
+
+
+def test_retry_not_recorded_because_the_lease_was_lost_is_nacked(harness):
+    """retry_job found no row: someone else owns the job now; acking would hide that."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["retry_job"] = None
+    harness.store.get_error = StorageUnavailable("s3 503")
+
+    harness.handle()
+
+    assert harness.settlements() == ["nack"]
+
+
+def test_failpoint_after_s3_write_is_a_transient_error_before_the_commit(monkeypatch):
+    """The effects are written but never committed: the attempt is retried, and nothing is published."""
+    harness = Harness(monkeypatch, failpoints="after_s3_write_before_commit=error")
+    harness.db.answers["claim_job"] = claim_row()
+
+    harness.handle()
+
+    assert harness.journal[-2:] == ["db:retry_job", "ack"]
+    assert sum(entry.startswith("put:") for entry in harness.journal) == len(VARIANTS)
+    assert not harness.ran("commit_result")
+
+
+# ------------------------------------------------------------------ lease lost
+
+
+def test_lease_lost_mid_job_stops_effects_and_nacks(monkeypatch):
+    """The renewal says the lease was taken over while rendering: no S3 write, no commit, no DB outcome and
+    no ack; the delivery goes back (nack) and the new owner decides."""
+    harness = Harness(monkeypatch, lease_seconds=5.0, lease_renew_seconds=0.05)
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["renew_lease"] = None  # fenced: another claim bumped the token
+    harness.render_pool.delay = 0.3  # long enough for a renewal to run
+
+    harness.handle()
+
+    assert "db:renew_lease" in harness.journal
+    assert harness.settlements() == ["nack"]
+    assert not any(entry.startswith("put:") for entry in harness.journal)
+    assert not (harness.ran("commit_result") or harness.ran("fail_job") or harness.ran("retry_job"))
+
+
+# ------------------------------------------------------------------ commit
+
+
+def test_success_acks_only_after_the_commit(harness):
+    """The order that makes the pipeline safe: write every effect, commit once (fenced), THEN ack."""
+    harness.db.answers["claim_job"] = claim_row()
+
+    harness.handle()
+
+    keys = [variant_key(ATTACHMENT_ID, 1, name, "webp") for name in VARIANTS]
+    assert harness.journal == ["db:claim_job", "get", "render", *(f"put:{key}" for key in keys),
+                               "db:commit_result", "ack"]
+    assert harness.journal.index("db:commit_result") < harness.journal.index("ack")
+    params = harness.db.params("commit_result")
+    assert params["fencing_token"] == TOKEN
+    assert [row["object_key"] for row in json.loads(params["variants"])] == keys
+
+
+@pytest.mark.parametrize("snapshot", [
+    snapshot_row("processing", token=TOKEN + 1),
+    snapshot_row("queued", attempt=2),
+    snapshot_row("processing", lease_live=False),
+    snapshot_row("ready", token=TOKEN + 1),
+], ids=["claimed-by-another-worker", "requeued-by-sweeper", "lease-ran-out", "ready-by-another-commit"])
+def test_fenced_commit_is_nacked_never_acked(harness, snapshot):
+    """The fence rejected our commit: the result is not ours to confirm, so the delivery is not acked."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["commit_result"] = None
+    harness.db.answers["job_snapshot"] = snapshot
+    before = jobs_counted("fenced")
+
+    harness.handle()
+
+    assert harness.settlements() == ["nack"]
+    assert harness.journal[-1] == "nack"
+    assert not harness.ran("fail_job") and not harness.ran("retry_job")
+    assert jobs_counted("fenced") == before + 1
+
+
+def test_commit_refused_because_the_job_expired_fails_it_as_expired(harness):
+    """Still ours, lease live, but past expires_at: the job ends 'expired', and only then is acked."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["commit_result"] = None
+    harness.db.answers["job_snapshot"] = snapshot_row("processing", expired=True)
+
+    harness.handle()
+
+    assert harness.journal[-4:] == ["db:commit_result", "db:job_snapshot", "db:fail_job", "ack"]
+    assert harness.db.params("fail_job")["error_code"] == "expired"
+
+
+def test_commit_with_unknown_outcome_that_did_land_is_acked(harness):
+    """The connection broke during the commit; reading the job back shows OUR token made it ready."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["commit_result"] = psycopg.OperationalError("server closed the connection")
+    harness.db.answers["job_snapshot"] = snapshot_row("ready")
+
+    harness.handle()
+
+    assert harness.journal[-3:] == ["db:commit_result", "db:job_snapshot", "ack"]
+
+
+def test_commit_with_unknown_outcome_where_another_token_made_it_ready_is_nacked(harness):
+    """'ready' alone proves nothing after a broken commit: only our own fencing token means it was our commit."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["commit_result"] = psycopg.OperationalError("server closed the connection")
+    harness.db.answers["job_snapshot"] = snapshot_row("ready", token=TOKEN + 1)
+
+    harness.handle()
+
+    assert harness.settlements() == ["nack"]
+    assert harness.journal[-1] == "nack"
+
+
+def test_failpoint_after_commit_before_ack_nacks_after_the_commit(monkeypatch):
+    """The crash window after the commit: the delivery is returned; its redelivery finds the job ready."""
+    harness = Harness(monkeypatch, failpoints="after_commit_before_ack=error")
+    harness.db.answers["claim_job"] = claim_row()
+
+    harness.handle()
+
+    assert harness.journal[-2:] == ["db:commit_result", "nack"]
+    assert "ack" not in harness.journal
+
+
+# ------------------------------------------------------------------ anything else
+
+
+def test_unexpected_error_nacks_for_redelivery(harness):
+    """A bug-shaped error is neither a permanent failure nor a success: leave the delivery to the broker."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.render_pool.error = KeyError("surprise")
+
+    harness.handle()
+
+    assert harness.settlements() == ["nack"]
+    assert not harness.ran("fail_job") and not harness.ran("retry_job") and not harness.ran("commit_result")
+
+
+def test_database_down_during_shutdown_nacks_instead_of_waiting(harness):
+    """Stopping while the DB is unreachable: give the delivery back rather than hold it past the grace period."""
+    harness.db.answers["claim_job"] = psycopg.OperationalError("connection refused")
+    harness.worker.stop.set()
+
+    harness.handle()
+
+    assert harness.journal == ["db:claim_job", "nack"]
