@@ -26,6 +26,8 @@ from reference.messages import parse
 from reference.relay import CONTENDED_WAIT_SECONDS, PUBLISH_TIMEOUT_SECONDS, Relay
 from reference.settings import Settings
 
+from reference_fakes import RecordingBackoff
+
 STATEMENT_NAMES = {getattr(queries(), name): name for name in queries().names()}
 
 
@@ -113,16 +115,6 @@ class FakeExchange:
         if outcome == "timeout":
             raise asyncio.TimeoutError()
         raise AssertionError(f"unknown outcome {outcome}")
-
-
-class RecordingBackoff:
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.asked: list[int] = []
-
-    def delay(self, failures_before: int) -> float:
-        self.asked.append(failures_before)
-        return self.seconds
 
 
 def outbox_row(row_id: int, *, publish_attempts: int = 0, variants=("thumbnail", "crop", "optimized")) -> dict:

@@ -27,6 +27,8 @@ from reference.messages import JobMessage
 from reference.settings import Settings
 from reference.storage import ObjectMissing, StorageUnavailable
 
+from reference_fakes import RecordingBackoff
+
 STATEMENT_NAMES = {getattr(queries(), name): name for name in queries().names()}
 ORIGINAL = b"original image bytes"
 JOB_ID = uuid.UUID("0b7e7c52-3f0e-4a52-9a57-6d2b7c1f9e01")
@@ -139,16 +141,6 @@ class FakeDelivery:
 
     async def reject(self, requeue: bool = False):
         self.journal.append("reject-requeue" if requeue else "reject")
-
-
-class RecordingBackoff:
-    def __init__(self, seconds: float):
-        self.seconds = seconds
-        self.asked: list[int] = []
-
-    def delay(self, failures_before: int) -> float:
-        self.asked.append(failures_before)
-        return self.seconds
 
 
 # ------------------------------------------------------------------ harness
