@@ -6,12 +6,13 @@ import json
 import sys
 from pathlib import Path
 
+from .paths import state_dir
 from .stack import Stack, stop_from_state
 from .stack.external import docker_status, external_urls
 from .stack.ports import port_listening
-from .stack.tools import REPO_ROOT
 
-CURRENT = REPO_ROOT / ".run" / "current-stack"
+# The last stack `stack up` started: .run/current-stack under the checkout, else under the current directory.
+CURRENT = state_dir() / "current-stack"
 
 
 def add_stack_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,10 @@ def add_stack_commands(subparsers: argparse._SubParsersAction) -> None:
     actions = stack.add_subparsers(dest="stack_action", required=True)
 
     up = actions.add_parser("up", help="start every service on free loopback ports and print their URLs")
-    up.add_argument("--run-dir", type=Path, help="folder for data and logs (default: a new temporary folder)")
+    up.add_argument("--run-dir", type=Path, help="folder for stack.json and the service logs, at any depth "
+                                                 "(default: a new folder under .run/stacks/)")
+    up.add_argument("--keep-data", action="store_true",
+                    help="keep the services' data folder (normally removed by `stack down`) for a post-mortem")
     up.add_argument("--json", action="store_true", help="print the URLs as JSON")
     mode = up.add_mutually_exclusive_group()
     mode.add_argument("--external", action="store_true",
@@ -67,7 +71,7 @@ def stack_up(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     print("starting PostgreSQL, RabbitMQ, SeaweedFS and Toxiproxy ...", file=sys.stderr)
-    stack = Stack.start(args.run_dir)
+    stack = Stack.start(args.run_dir, keep_data=args.keep_data)
     CURRENT.parent.mkdir(parents=True, exist_ok=True)
     CURRENT.write_text(str(stack.run_dir))
     info = stack.describe()
@@ -75,7 +79,8 @@ def stack_up(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2))
     else:
         ready = ", ".join(f"{k} {v:.1f}s" for k, v in stack.ready_seconds.items())
-        print(f"run dir: {stack.run_dir}\nready: {ready}")
+        print(f"run dir: {stack.run_dir}  (stack.json, logs/)\nready: {ready}")
+        print(f"data dir: {stack.data_dir}  ({'kept' if stack.keep_data else 'removed'} by `harness stack down`)")
         for kind in ("direct", "proxied"):
             for key, url in info[kind].items():
                 print(f"{kind:8} {key:16} {url}")
@@ -96,6 +101,8 @@ def stack_down(args: argparse.Namespace) -> int:
         print(f"stopped, but these ports still listen: {still}", file=sys.stderr)
         return 1
     print(f"stopped stack in {run_dir} (pids {sorted(state['pids'].values())})")
+    if state.get("data_dir"):
+        print(f"data dir {state['data_dir']}: {'kept' if state.get('keep_data') else 'removed'}")
     return 0
 
 

@@ -12,6 +12,16 @@ from harness.stack import Stack, Tenant
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest's temporary folders go under the checkout's git-ignored .run/pytest instead of /tmp, so a test run
+    # leaves nothing in /tmp. pytest still numbers, locks and prunes them there (with tmp_path_retention_policy
+    # "failed", only the folders of failed tests, from the last 3 runs, stay for a look).
+    if config.option.basetemp is None and not os.environ.get("PYTEST_DEBUG_TEMPROOT"):
+        root = REPO_ROOT / ".run" / "pytest"
+        root.mkdir(parents=True, exist_ok=True)
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--full", action="store_true",
                      help="run soak/load/benchmark tests at full size instead of the short CI size")
@@ -24,7 +34,10 @@ def full_size(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Stack:
-    """PostgreSQL 15, RabbitMQ, SeaweedFS S3 and Toxiproxy, private to this test session."""
+    """PostgreSQL 15, RabbitMQ, SeaweedFS S3 and Toxiproxy, private to this test session.
+
+    Its logs stay in the session's tmp folder; its data goes with `stop()`.
+    """
     run_dir = tmp_path_factory.mktemp("stack")
     started = Stack.start(run_dir)
     print(f"\n[stack] ready in {started.ready_seconds['total']:.1f}s: "

@@ -1,4 +1,5 @@
-"""Private instances of the real services, on free loopback ports, with data under a run directory."""
+"""Private instances of the real services, on free loopback ports: logs in a run directory, data in a short
+temporary folder removed when the stack stops."""
 from .stack import SERVICES, ServiceUrls, Stack, Tenant, stop_from_state
 from .tools import MissingTool
 

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 LOOPBACK = "127.0.0.1"
 
@@ -42,17 +43,47 @@ class NotReady(RuntimeError):
     pass
 
 
+class ServiceExited(NotReady):
+    """The service's process ended while we waited for it to become ready."""
+
+
+class StartAbandoned(NotReady):
+    """Another service failed to start, or the user interrupted: stop waiting for this one."""
+
+
+class _Process(Protocol):
+    def alive(self) -> bool: ...
+    def exit_code(self) -> int | None: ...
+
+
 def wait_until(check: Callable[[], bool], timeout: float, what: str, interval: float = 0.05,
-               on_fail: Callable[[], str] | None = None) -> float:
-    """Poll `check` until true; returns seconds waited. Raises NotReady naming `what` (and a log tail)."""
+               on_fail: Callable[[], str] | None = None, process: _Process | None = None,
+               abandon: threading.Event | None = None) -> float:
+    """Poll `check` until true; returns seconds waited.
+
+    Raises ServiceExited at once when `process` is gone (a dead service never becomes ready: no point waiting out
+    the timeout), StartAbandoned when `abandon` is set, NotReady after `timeout`. Messages name `what` and carry
+    `on_fail()` (a log tail).
+    """
     start = time.monotonic()
+
+    def failure(reason: str) -> str:
+        detail = on_fail() if on_fail else ""
+        return f"{what} {reason}" + (f"\n--- log tail ---\n{detail}" if detail else "")
+
     while True:
+        if process is not None and not process.alive():
+            raise ServiceExited(failure(f"exited (code {process.exit_code()}) while starting"))
         try:
             if check():
                 return time.monotonic() - start
         except Exception:  # a probe that raises simply means "not yet"
             pass
+        if abandon is not None and abandon.is_set():
+            raise StartAbandoned(f"{what}: start abandoned")
         if time.monotonic() - start > timeout:
-            detail = on_fail() if on_fail else ""
-            raise NotReady(f"{what} not ready after {timeout:.0f}s" + (f"\n--- log tail ---\n{detail}" if detail else ""))
-        time.sleep(interval)
+            raise NotReady(failure(f"not ready after {timeout:.0f}s"))
+        if abandon is not None:
+            abandon.wait(interval)
+        else:
+            time.sleep(interval)

@@ -1,14 +1,18 @@
-"""A private PostgreSQL instance: initdb as the `postgres` user, data under the run directory."""
+"""A private PostgreSQL instance: initdb as the `postgres` user, data and socket in the stack's short data folder."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
+from ..paths import state_dir
+from .data_dir import socket_path
 from .ports import LOOPBACK, wait_until
 from .process import ServiceProcess
 from .tools import postgres_bindir
@@ -17,14 +21,57 @@ USER = "harness"
 PASSWORD = "harness"
 OS_USER = "postgres"  # initdb and the server refuse to run as root
 
+SERVER_SETTINGS = {
+    "listen_addresses": LOOPBACK,
+    # fsync=off only loses data on an OS crash; a killed server still recovers every commit,
+    # which is what the database-restart faults need. synchronous_commit stays on.
+    "fsync": "off",
+    "full_page_writes": "off",
+    "max_connections": "300",
+    "shared_buffers": "128MB",
+    "log_min_messages": "warning",
+}
+
+
+INITDB_ARGS = ("-U", USER, "--auth=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync")
+TEMPLATE_CACHE = state_dir() / "cache"  # .run/cache under the checkout, else under the current directory
+
 
 def _chown_to_postgres(path: Path) -> None:
     shutil.chown(path, OS_USER, OS_USER)
 
 
+def cluster_template() -> Path:
+    """Where a fresh cluster made by this PostgreSQL with these initdb settings is cached (one per combination)."""
+    key = hashlib.sha256(repr((str(postgres_bindir()), INITDB_ARGS, PASSWORD)).encode()).hexdigest()[:12]
+    return TEMPLATE_CACHE / f"postgres-cluster-{key}"
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    # cp -a keeps owner and modes (the cluster belongs to `postgres`, mode 0700), which shutil.copytree does not.
+    result = subprocess.run(["cp", "-a", "--", str(source), str(target)], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"PostgreSQL: copying the cached cluster {source} failed: {result.stderr.strip()}")
+
+
+def _save_template(data_dir: Path, template: Path) -> None:
+    """Cache a copy of a cluster initdb just made. Built beside its final name and renamed, so a concurrent start
+    never copies half of one; any failure only means the next start runs initdb again."""
+    partial = template.with_name(f"{template.name}.partial-{os.getpid()}-{threading.get_ident()}")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        _copy_tree(data_dir, partial)
+        os.rename(partial, template)
+    except (OSError, RuntimeError):
+        pass  # another start cached it first, or the checkout is read-only
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+
+
 @dataclass
 class Postgres:
-    root: Path
+    root: Path  # in the stack's data folder; owned by the `postgres` OS user
+    log_dir: Path  # in the run directory; the log is written through a descriptor we open, so any path works
     port: int
     process: ServiceProcess | None = None
 
@@ -36,49 +83,72 @@ class Postgres:
 
     @property
     def socket_dir(self) -> Path:
-        return self.root / "socket"
+        return self.root
+
+    @property
+    def socket_path(self) -> Path:
+        return socket_path(self.socket_dir, f".s.PGSQL.{self.port}")
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / "postgres.log"
 
     def url(self, database: str = "postgres", port: int | None = None) -> str:
         return f"postgresql://{USER}:{PASSWORD}@{LOOPBACK}:{port or self.port}/{database}"
 
     def init(self) -> None:
-        """initdb once; a second call on the same folder keeps the data (restart keeps data intact)."""
+        """A fresh cluster, unless the folder has one already (a restart keeps its data).
+
+        initdb costs 1-5 s of CPU (shared with the other services starting at the same time); a copy of a cluster
+        it made before, kept in the checkout's cache, costs a fraction of that.
+        """
         if (self.data_dir / "PG_VERSION").exists():
             return
-        for folder in (self.root, self.data_dir, self.socket_dir):
-            folder.mkdir(parents=True, exist_ok=True)
-            _chown_to_postgres(folder)
+        self.root.mkdir(parents=True, exist_ok=True)
+        _chown_to_postgres(self.root)
+        template = cluster_template()
+        if (template / "global" / "pg_control").exists():
+            _copy_tree(template, self.data_dir)
+            return
+        self._initdb()
+        _save_template(self.data_dir, template)
+
+    def _initdb(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        _chown_to_postgres(self.data_dir)
         pwfile = self.root / "pwfile"
         pwfile.write_text(PASSWORD + "\n")
         _chown_to_postgres(pwfile)
         result = subprocess.run(
             ["runuser", "-u", OS_USER, "--", str(postgres_bindir() / "initdb"), "-D", str(self.data_dir),
-             "-U", USER, f"--pwfile={pwfile}", "--auth=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"],
+             f"--pwfile={pwfile}", *INITDB_ARGS],
             capture_output=True, text=True,
         )
         pwfile.unlink()
         if result.returncode != 0:
-            raise RuntimeError(f"initdb failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+            raise RuntimeError(f"PostgreSQL initdb failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+
+    def argv(self) -> list[str]:
+        argv = [str(postgres_bindir() / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
+                "-k", str(self.socket_path.parent)]
+        for key, value in SERVER_SETTINGS.items():
+            argv += ["-c", f"{key}={value}"]
+        return argv
 
     def start(self) -> None:
         self.init()
         self.process = ServiceProcess(
-            name=self.name,
-            argv=[str(postgres_bindir() / "postgres"), "-D", str(self.data_dir), "-p", str(self.port),
-                  "-k", str(self.socket_dir), "-c", f"listen_addresses={LOOPBACK}",
-                  # fsync=off only loses data on an OS crash; a killed server still recovers every commit,
-                  # which is what the database-restart faults need. synchronous_commit stays on.
-                  "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=300",
-                  "-c", "shared_buffers=128MB", "-c", "log_min_messages=warning"],
-            log_path=self.root / "postgres.log", user=OS_USER, env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C"},
+            name=self.name, argv=self.argv(), log_path=self.log_path, user=OS_USER,
+            env={"PATH": os.environ.get("PATH", ""), "LC_ALL": "C"},
         ).start()
 
     def ready(self) -> bool:
         with psycopg.connect(self.url(), connect_timeout=1, autocommit=True) as conn:
             return conn.execute("select 1").fetchone() == (1,)
 
-    def wait_ready(self, timeout: float = 30) -> float:
-        return wait_until(self.ready, timeout, "PostgreSQL", on_fail=lambda: self.process.tail() if self.process else "")
+    def wait_ready(self, timeout: float = 30, abandon: threading.Event | None = None) -> float:
+        return wait_until(self.ready, timeout, "PostgreSQL", process=self.process, abandon=abandon,
+                          on_fail=lambda: self.process.tail() if self.process else "")
 
     def create_database(self, name: str) -> None:
         with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:

@@ -4,9 +4,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 
 @dataclass
@@ -40,6 +43,9 @@ class ServiceProcess:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
+    def exit_code(self) -> int | None:
+        return self.popen.poll() if self.popen is not None else None
+
     def signal_group(self, sig: int) -> None:
         if self.popen is not None:
             signal_group(self.popen.pid, sig)
@@ -54,15 +60,16 @@ class ServiceProcess:
                 pass
         wait_group_gone(self.pid)
 
-    def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM the group, then SIGKILL whatever is left after `grace` seconds."""
+    def stop(self, grace: float = 10.0, sig: int = signal.SIGTERM, leader_only: bool = False) -> None:
+        """Send `sig` to the group (or to its leader alone), then SIGKILL whatever is left after `grace` seconds."""
         if self.popen is None:
             return
-        self.signal_group(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
+        if grace > 0 and sig != signal.SIGKILL and self.alive():
+            send_stop_signal(self.popen.pid, sig, leader_only)
+            try:
+                self.popen.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
         self.kill()
 
     def tail(self, lines: int = 30) -> str:
@@ -113,13 +120,54 @@ def wait_group_gone(pgid: int | None, timeout: float = 10.0) -> bool:
     return not group_members(pgid)
 
 
-def kill_group_by_pid(pgid: int, grace: float = 5.0) -> None:
-    """Stop a group we started in another process (known from the stack's state file)."""
+def send_stop_signal(pgid: int, sig: int, leader_only: bool = False) -> None:
+    """`sig` to the whole group, or to its leader alone (PostgreSQL's postmaster must be the one to stop its children)."""
     try:
-        os.killpg(pgid, signal.SIGTERM)
+        if leader_only:
+            os.kill(pgid, sig)
+        else:
+            os.killpg(pgid, sig)
     except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and group_members(pgid):
-        time.sleep(0.1)
+        pass
+
+
+def stop_group_by_pid(pgid: int, grace: float = 5.0, sig: int = signal.SIGTERM, leader_only: bool = False) -> None:
+    """Stop a group we started in another process (known from the stack's state file); SIGKILL after `grace`."""
+    if grace > 0 and sig != signal.SIGKILL and group_members(pgid):
+        send_stop_signal(pgid, sig, leader_only)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and group_members(pgid):
+            time.sleep(0.1)
     wait_group_gone(pgid)
+
+
+# --- signals -------------------------------------------------------------------------------------------------
+def raise_keyboard_interrupt_on_sigterm() -> None:
+    """SIGTERM behaves like Ctrl-C: Python's default ends the process without running any `finally`, which
+    would leave every service (each in its own session, so not signalled with us) running."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM while cleanup runs, so a second Ctrl-C cannot leave half the stack running.
+
+    A signal that arrived meanwhile is raised as KeyboardInterrupt afterwards, unless an exception is already
+    on its way out. Only the main thread receives signals, so elsewhere this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if received:
+        raise KeyboardInterrupt(f"signal {received[0]} during cleanup")

@@ -1,7 +1,12 @@
-"""A private RabbitMQ node with its own epmd, ports, cookie and data (quorum queues, management API)."""
+"""A private RabbitMQ node with its own epmd, ports, cookie and data (quorum queues, management API).
+
+Its data (mnesia, queues, cookie, config) lives in the stack's data folder; its logs in the run directory.
+Erlang distribution and epmd use TCP on loopback only, so no Unix socket path is involved.
+"""
 from __future__ import annotations
 
 import os
+import threading
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +36,8 @@ collect_statistics_interval = 500
 
 @dataclass
 class RabbitMQ:
-    root: Path
+    root: Path  # in the stack's data folder
+    log_dir: Path  # in the run directory
     amqp_port: int
     management_port: int
     dist_port: int
@@ -66,14 +72,20 @@ class RabbitMQ:
             "RABBITMQ_CONF_ENV_FILE": str(self.root / "rabbitmq-env.conf"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.root / "enabled_plugins"),
             "RABBITMQ_MNESIA_BASE": str(self.root / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(self.root / "log"),
+            "RABBITMQ_LOG_BASE": str(self.node_log_dir),
             "RABBITMQ_PID_FILE": str(self.root / "rabbitmq.pid"),
+            # A crash dump can be tens of MB: it stays with the data (kept with --keep-data), not in the report.
+            "ERL_CRASH_DUMP": str(self.root / "erl_crash.dump"),
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
         }
 
+    @property
+    def node_log_dir(self) -> Path:
+        return self.log_dir / "rabbitmq"
+
     def init(self) -> None:
-        for sub in ("home", "mnesia", "log"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        for folder in (self.root / "home", self.root / "mnesia", self.node_log_dir):
+            folder.mkdir(parents=True, exist_ok=True)
         (self.root / "rabbitmq.conf").write_text(CONFIG.format(
             ip=LOOPBACK, amqp_port=self.amqp_port, management_port=self.management_port, user=USER, password=PASSWORD))
         (self.root / "advanced.config").write_text("[].\n")
@@ -87,11 +99,12 @@ class RabbitMQ:
             # Our own epmd in the foreground, so it is ours to stop by PID (erl would daemonise a shared one).
             self.epmd_process = ServiceProcess(
                 name="epmd", argv=[str(epmd()), "-port", str(self.epmd_port), "-address", LOOPBACK],
-                log_path=self.root / "epmd.log", env=env).start()
-            wait_until(lambda: can_connect(self.epmd_port), 10, "epmd", on_fail=self.epmd_process.tail)
+                log_path=self.log_dir / "epmd.log", env=env, cwd=self.root).start()
+            wait_until(lambda: can_connect(self.epmd_port), 10, "epmd", on_fail=self.epmd_process.tail,
+                       process=self.epmd_process)
         self.process = ServiceProcess(
             name=self.name, argv=[str(rabbitmq_bindir() / "rabbitmq-server")],
-            log_path=self.root / "rabbitmq.log", env=env).start()
+            log_path=self.log_dir / "rabbitmq.log", env=env, cwd=self.root).start()
 
     def ready(self) -> bool:
         if not can_connect(self.amqp_port):
@@ -99,12 +112,13 @@ class RabbitMQ:
         response = httpx.get(f"{self.management_url}/api/overview", auth=(USER, PASSWORD), timeout=1)
         return response.status_code == 200
 
-    def wait_ready(self, timeout: float = 60) -> float:
+    def wait_ready(self, timeout: float = 60, abandon: threading.Event | None = None) -> float:
         def tail() -> str:
-            logs = sorted((self.root / "log").glob("*.log"))
+            logs = sorted(self.node_log_dir.glob("*.log"))
             extra = "\n".join(p.read_text(errors="replace")[-2000:] for p in logs)
             return (self.process.tail() if self.process else "") + "\n" + extra
-        return wait_until(self.ready, timeout, "RabbitMQ", interval=0.1, on_fail=tail)
+        return wait_until(self.ready, timeout, "RabbitMQ", interval=0.1, on_fail=tail, process=self.process,
+                          abandon=abandon)
 
     def create_vhost(self, vhost: str) -> None:
         quoted = urllib.parse.quote(vhost, safe="")
@@ -112,10 +126,3 @@ class RabbitMQ:
             client.put(f"/api/vhosts/{quoted}").raise_for_status()
             client.put(f"/api/permissions/{quoted}/{USER}",
                        json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
-
-    def stop_all(self) -> None:
-        if self.process:
-            # Its data is not needed after a teardown, and a graceful RabbitMQ stop takes ~13 s.
-            self.process.stop(grace=3)
-        if self.epmd_process:
-            self.epmd_process.kill()

@@ -1,14 +1,21 @@
-"""A private SeaweedFS (`weed mini`) serving S3 with credentials on and the default bucket created."""
+"""A private SeaweedFS (`weed mini`) serving S3 with credentials on and the default bucket created.
+
+Data and the Unix sockets we can place (weed defaults them to /tmp/seaweedfs-*-<port>.sock and leaves them behind)
+live in the stack's data folder; its log (stderr: glog would otherwise write weed.* files to /tmp) in the run
+directory. The gRPC sockets' paths are hard-coded under /tmp: the stack removes them once weed is gone.
+"""
 from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import boto3
 from botocore.config import Config
 
+from .data_dir import socket_path
 from .ports import LOOPBACK, PortAllocator, wait_until
 from .process import ServiceProcess
 from .tools import weed
@@ -16,6 +23,8 @@ from .tools import weed
 ACCESS_KEY = "harness-access"
 SECRET_KEY = "harness-secret-key"
 
+# Where weed puts its gRPC sockets whatever its flags say.
+STRAY_SOCKET_DIR = Path("/tmp")
 # Every port weed mini opens, so none falls back to a fixed default that another stack may hold.
 PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
               "filer.port.grpc", "s3.port.grpc", "admin.port", "admin.port.grpc")
@@ -34,7 +43,8 @@ def s3_client(endpoint_url: str, access_key: str = ACCESS_KEY, secret_key: str =
 
 @dataclass
 class SeaweedFS:
-    root: Path
+    root: Path  # in the stack's data folder
+    log_dir: Path  # in the run directory
     s3_port: int
     bucket: str
     other_ports: dict[str, int] = field(default_factory=dict)
@@ -43,35 +53,59 @@ class SeaweedFS:
     name = "s3"
 
     @classmethod
-    def allocate(cls, root: Path, ports: PortAllocator, bucket: str) -> "SeaweedFS":
-        return cls(root=root, s3_port=ports.take(), bucket=bucket, other_ports={f: ports.take() for f in PORT_FLAGS})
+    def allocate(cls, root: Path, log_dir: Path, ports: PortAllocator, bucket: str) -> "SeaweedFS":
+        return cls(root=root, log_dir=log_dir, s3_port=ports.take(), bucket=bucket,
+                   other_ports={f: ports.take() for f in PORT_FLAGS})
+
+    @property
+    def socket_paths(self) -> dict[str, Path]:
+        return {"s3.localSocket": socket_path(self.root, "s3.sock"),
+                "filer.localSocket": socket_path(self.root, "filer.sock")}
+
+    @property
+    def stray_sockets(self) -> list[Path]:
+        """Sockets weed always makes in /tmp (`/tmp/seaweedfs-<server>-grpc-<port>.sock`, not configurable) and
+        removes only on a graceful exit; ours to remove after a SIGKILL since the ports are ours."""
+        return [STRAY_SOCKET_DIR / f"seaweedfs-{flag.split('.')[0]}-grpc-{port}.sock"
+                for flag, port in self.other_ports.items() if flag.endswith(".grpc")]
+
+    def remove_stray_sockets(self) -> None:
+        if self.process is None or not self.process.alive():
+            remove_sockets(self.stray_sockets)
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / "seaweedfs.log"
 
     def endpoint_url(self, port: int | None = None) -> str:
         return f"http://{LOOPBACK}:{port or self.s3_port}"
 
     def start(self) -> None:
+        self.remove_stray_sockets()  # a restart after a SIGKILL would find them in its way
         (self.root / "data").mkdir(parents=True, exist_ok=True)
         config = self.root / "s3.json"
         config.write_text(json.dumps({"identities": [{
             "name": "harness", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-        argv = [str(weed()), "mini", f"-dir={self.root / 'data'}", f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}",
-                f"-s3.port={self.s3_port}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
+        argv = [str(weed()), "-logtostderr", "mini", f"-dir={self.root / 'data'}",
+                f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}", f"-s3.port={self.s3_port}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
                 "-admin.ui=false", f"-s3.config={config}", f"-bucket={self.bucket}"]
         argv += [f"-{flag}={port}" for flag, port in self.other_ports.items()]
+        argv += [f"-{flag}={path}" for flag, path in self.socket_paths.items()]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
-        self.process = ServiceProcess(name=self.name, argv=argv, log_path=self.root / "weed.log",
+        self.process = ServiceProcess(name=self.name, argv=argv, log_path=self.log_path,
                                       env=env, cwd=self.root).start()
 
-    def client(self, endpoint_url: str | None = None):
-        return s3_client(endpoint_url or self.endpoint_url())
+    def client(self, endpoint_url: str | None = None, timeout: float = 10):
+        return s3_client(endpoint_url or self.endpoint_url(), timeout=timeout)
 
     def ready(self) -> bool:
-        self.client().head_bucket(Bucket=self.bucket)
+        # A short timeout: a probe must not outlast a request to abandon the start.
+        self.client(timeout=1).head_bucket(Bucket=self.bucket)
         return True
 
-    def wait_ready(self, timeout: float = 30) -> float:
-        return wait_until(self.ready, timeout, "SeaweedFS S3", interval=0.1,
+    def wait_ready(self, timeout: float = 30, abandon: threading.Event | None = None) -> float:
+        return wait_until(self.ready, timeout, "SeaweedFS S3", interval=0.1, process=self.process, abandon=abandon,
                           on_fail=lambda: self.process.tail() if self.process else "")
 
     def create_bucket(self, name: str) -> None:
@@ -80,3 +114,13 @@ class SeaweedFS:
             client.head_bucket(Bucket=name)
         except Exception:
             client.create_bucket(Bucket=name)
+
+
+def remove_sockets(paths: list[Path | str]) -> None:
+    """Unlink the given paths that are Unix sockets (never a regular file or folder that happens to match)."""
+    for path in map(Path, paths):
+        try:
+            if path.is_socket():
+                path.unlink()
+        except OSError:
+            pass

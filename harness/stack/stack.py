@@ -1,26 +1,37 @@
 """The whole stack: PostgreSQL, RabbitMQ, SeaweedFS S3 and Toxiproxy in front of each, on free loopback ports.
 
-Everything lives under one run directory; every process is its own process group, stopped by PID.
-A `stack.json` in the run directory records PIDs, ports and URLs so `harness stack down` can stop a stack
-started by another process.
+Two folders:
+- the run directory (any path, any depth) keeps what a person reads afterwards: `stack.json` and `logs/`;
+- the data folder (`data_dir`, a short temporary folder such as /tmp/hs-k2j4x9ab) holds the services' data and
+  Unix sockets. It is removed when the stack stops, unless `keep_data` (for a post-mortem).
+
+Every process is its own process group, stopped by PID. `stack.json` in the run directory records PIDs, ports, URLs
+and the data folder so `harness stack down` can stop a stack started by another process; it is rewritten as soon as
+a process starts, so even a start that was itself killed can be cleaned up.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
+import sys
 import tempfile
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 
+from ..paths import state_dir
 from ..toxiproxy import ProxySpec, Toxiproxy
-from .ports import LOOPBACK, PortAllocator, port_listening
+from .data_dir import new_data_dir, remove_data_dir
+from .ports import LOOPBACK, PortAllocator, StartAbandoned, port_listening
 from .postgres import Postgres
-from .process import kill_group_by_pid
+from .process import ServiceProcess, signals_deferred, stop_group_by_pid
 from .rabbitmq import RabbitMQ
-from .seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS
+from .seaweedfs import ACCESS_KEY, SECRET_KEY, SeaweedFS, remove_sockets
 from .toxiproxy_server import ToxiproxyServer
 
 SERVICES = ("postgres", "rabbitmq", "s3")
@@ -52,64 +63,76 @@ class Tenant:
                 "S3_ACCESS_KEY": ACCESS_KEY, "S3_SECRET_KEY": SECRET_KEY}
 
 
+# Toxiproxy first (clients see their connections end), RabbitMQ before its epmd.
+STOP_ORDER = ("toxiproxy", "s3", "postgres", "rabbitmq", "epmd")
+
+
+def stop_plan(name: str, keep_data: bool) -> dict:
+    """How one process group is stopped: the signal, seconds of grace before SIGKILL, to the leader alone or not."""
+    if name == "postgres":
+        # Fast shutdown, sent to the postmaster alone: its children run in sessions of their own and are stopped
+        # by it; a SIGKILLed postmaster would leave its shared memory behind in /dev/shm.
+        return {"sig": signal.SIGINT, "grace": 10.0, "leader_only": True}
+    if name == "epmd" or not keep_data:
+        # The data is removed next: nothing to flush, no reason to wait (a graceful RabbitMQ stop takes ~13 s).
+        return {"sig": signal.SIGKILL, "grace": 0.0, "leader_only": False}
+    return {"sig": signal.SIGTERM, "grace": 20.0 if name == "rabbitmq" else 5.0, "leader_only": False}
+
+
 def default_run_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="harness-stack-"))
-
-
-def _reachable_by_others(path: Path) -> bool:
-    return all(os.stat(p).st_mode & 0o001 for p in [path, *path.parents])
-
-
-def postgres_root(run_dir: Path) -> Path:
-    """PostgreSQL runs as the `postgres` OS user, which must traverse every folder above its data.
-
-    When the run directory sits under a private folder (pytest's tmp, /root), the data goes to its own
-    temporary folder and the run directory gets a `postgres` link to it, so all of it is still found there.
-    """
-    link = run_dir / "postgres"
-    if link.is_symlink():
-        return link.resolve()
-    if _reachable_by_others(run_dir):
-        return link
-    root = Path(tempfile.mkdtemp(prefix="harness-pg-"))
-    os.chmod(root, 0o755)
-    link.symlink_to(root, target_is_directory=True)
-    return root
+    """A new folder under the checkout's `.run/stacks/` (an installed harness: the current directory's): the logs
+    outlive the stack, and /tmp is no place for them."""
+    root = state_dir() / "stacks"
+    root.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=datetime.now().strftime("%Y%m%dT%H%M%S-"), dir=root))
 
 
 @dataclass
 class Stack:
     run_dir: Path
+    data_dir: Path
     postgres: Postgres
     rabbitmq: RabbitMQ
     s3: SeaweedFS
     toxiproxy_server: ToxiproxyServer
     proxy_ports: dict[str, int]
+    keep_data: bool = False
     ready_seconds: dict[str, float] = field(default_factory=dict)
+    _state_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     s3_access_key = ACCESS_KEY
     s3_secret_key = SECRET_KEY
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
-    def create(cls, run_dir: Path | None = None) -> "Stack":
+    def create(cls, run_dir: Path | None = None, keep_data: bool = False) -> "Stack":
+        """Folders and ports, nothing started. `run_dir` may be at any depth: no socket or data goes there."""
         run_dir = Path(run_dir) if run_dir else default_run_dir()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(run_dir, 0o755)  # the postgres OS user must reach its data folder
-        ports = PortAllocator()
-        postgres = Postgres(root=postgres_root(run_dir), port=ports.take())
-        rabbitmq = RabbitMQ(root=run_dir / "rabbitmq", amqp_port=ports.take(), management_port=ports.take(),
-                            dist_port=ports.take(), epmd_port=ports.take())
-        s3 = SeaweedFS.allocate(run_dir / "seaweedfs", ports, DEFAULT_BUCKET)
-        proxy_ports = {name: ports.take() for name in SERVICES}
-        upstreams = {"postgres": postgres.port, "rabbitmq": rabbitmq.amqp_port, "s3": s3.s3_port}
-        toxi = ToxiproxyServer(root=run_dir / "toxiproxy", api_port=ports.take(),
-                               proxies=[ProxySpec(n, proxy_ports[n], upstreams[n]) for n in SERVICES])
-        return cls(run_dir, postgres, rabbitmq, s3, toxi, proxy_ports)
+        log_dir = run_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        data_dir = new_data_dir(run_dir)
+        try:
+            ports = PortAllocator()
+            postgres = Postgres(root=data_dir / "postgres", log_dir=log_dir, port=ports.take())
+            rabbitmq = RabbitMQ(root=data_dir / "rabbitmq", log_dir=log_dir, amqp_port=ports.take(),
+                                management_port=ports.take(), dist_port=ports.take(), epmd_port=ports.take())
+            s3 = SeaweedFS.allocate(data_dir / "seaweedfs", log_dir, ports, DEFAULT_BUCKET)
+            proxy_ports = {name: ports.take() for name in SERVICES}
+            upstreams = {"postgres": postgres.port, "rabbitmq": rabbitmq.amqp_port, "s3": s3.s3_port}
+            toxi = ToxiproxyServer(log_dir=log_dir, api_port=ports.take(),
+                                   proxies=[ProxySpec(n, proxy_ports[n], upstreams[n]) for n in SERVICES])
+            stack = cls(run_dir, data_dir, postgres, rabbitmq, s3, toxi, proxy_ports, keep_data=keep_data)
+            stack.unix_socket_paths()  # refuses, before anything starts, a socket path the kernel cannot bind
+            stack.write_state()
+        except BaseException:
+            remove_data_dir(data_dir)
+            raise
+        return stack
 
     @classmethod
-    def start(cls, run_dir: Path | None = None, timeout: float = 60) -> "Stack":
-        stack = cls.create(run_dir)
+    def start(cls, run_dir: Path | None = None, timeout: float = 60, keep_data: bool = False) -> "Stack":
+        """Create and start; on any failure or interrupt, everything started so far is stopped before raising."""
+        stack = cls.create(run_dir, keep_data)
         try:
             stack.start_all(timeout)
         except BaseException:
@@ -120,22 +143,44 @@ class Stack:
     def _services(self) -> dict[str, object]:
         return {"postgres": self.postgres, "rabbitmq": self.rabbitmq, "s3": self.s3, "toxiproxy": self.toxiproxy_server}
 
+    def unix_socket_paths(self) -> list[Path]:
+        """Every Unix socket the services bind: all in the short data folder (each checked against the limit)."""
+        return [self.postgres.socket_path, *self.s3.socket_paths.values()]
+
     def start_all(self, timeout: float = 60) -> dict[str, float]:
-        """Start the four services at once and wait for each; returns seconds-to-ready per service."""
+        """Start the four services at once and wait for each; returns seconds-to-ready per service.
+
+        The first failure (a service that exits, or one not ready in time) ends the wait for the others at once.
+        """
         began = time.monotonic()
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            futures = {name: pool.submit(self._start_one, name, timeout) for name in self._services()}
+        abandon = threading.Event()
+        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stack-start")
+        futures = {name: pool.submit(self._start_one, name, timeout, abandon) for name in self._services()}
+        try:
+            wait(futures.values(), return_when=FIRST_EXCEPTION)
+            failed = [f.exception() for f in futures.values() if f.done() and f.exception() is not None]
+            if failed:
+                raise failed[0]
             for name, future in futures.items():
                 self.ready_seconds[name] = future.result()
+        finally:
+            # Also on Ctrl-C: the other starts stop waiting, and every process they spawned is recorded on its
+            # service before anyone stops the stack.
+            abandon.set()
+            with signals_deferred():
+                pool.shutdown(wait=True)
         self.ready_seconds["total"] = time.monotonic() - began
         self.write_state()
         return self.ready_seconds
 
-    def _start_one(self, name: str, timeout: float) -> float:
+    def _start_one(self, name: str, timeout: float, abandon: threading.Event | None = None) -> float:
         began = time.monotonic()
         service = self._services()[name]
+        if abandon is not None and abandon.is_set():
+            raise StartAbandoned(f"{name}: start abandoned")
         service.start()
-        service.wait_ready(timeout)
+        self.write_state()  # its PID on record at once: `harness stack down` can stop even an interrupted start
+        service.wait_ready(timeout, abandon=abandon)
         return time.monotonic() - began
 
     # --- URLs ----------------------------------------------------------------------------------
@@ -186,11 +231,16 @@ class Stack:
         self._services()[name].process.kill()
         self.write_state()
 
+    def stop_service(self, name: str) -> None:
+        """Stop a service the way its operator would (SIGTERM, its data kept), as in a node restart."""
+        self._services()[name].process.stop(**stop_plan(name, keep_data=True))
+        self.write_state()
+
     def restart(self, name: str, timeout: float = 60) -> float:
         """Start a service again on the same ports with the same data folder; returns seconds to ready."""
         service = self._services()[name]
         if service.process is not None and service.process.alive():
-            service.process.stop()
+            service.process.stop(**stop_plan(name, keep_data=True))  # its data must survive
         took = self._start_one(name, timeout)
         self.write_state()
         return took
@@ -201,18 +251,34 @@ class Stack:
                  self.rabbitmq.dist_port, self.rabbitmq.epmd_port, self.s3.s3_port, self.toxiproxy_server.api_port]
         return ports + list(self.s3.other_ports.values()) + list(self.proxy_ports.values())
 
-    def pids(self) -> dict[str, int]:
+    def processes(self) -> dict[str, ServiceProcess | None]:
         procs = {name: svc.process for name, svc in self._services().items()}
         procs["epmd"] = self.rabbitmq.epmd_process
-        return {name: p.pid for name, p in procs.items() if p is not None and p.pid is not None}
+        return procs
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.processes().items() if p is not None and p.pid is not None}
 
     def stop(self) -> None:
-        """Stop everything this stack started, by PID: Toxiproxy first, RabbitMQ before its epmd."""
-        for service in (self.toxiproxy_server, self.s3, self.postgres):
-            if service.process is not None:
-                service.process.stop()
-        self.rabbitmq.stop_all()
-        self.write_state(stopped=True)
+        """Stop everything this stack started, by PID, then remove the data folder (unless `keep_data`).
+
+        Safe to call twice, and not cut short by a second Ctrl-C.
+        """
+        errors = []
+        with signals_deferred():
+            processes = self.processes()
+            for name in STOP_ORDER:
+                process = processes[name]
+                try:
+                    if process is not None:
+                        process.stop(**stop_plan(name, self.keep_data))
+                except Exception as exc:  # stop the others regardless
+                    errors.append(f"{name}: {type(exc).__name__}: {exc}")
+            self.s3.remove_stray_sockets()
+            self.write_state(stopped=True)
+            release_data_dir(self.data_dir, self.keep_data)
+        if errors:
+            raise RuntimeError("stopping the stack: " + "; ".join(errors))
 
     def listening_ports(self) -> list[int]:
         return [p for p in self.own_ports() if port_listening(p)]
@@ -221,28 +287,50 @@ class Stack:
     def describe(self) -> dict:
         return {
             "run_dir": str(self.run_dir),
+            "logs": str(self.run_dir / "logs"),
+            "data_dir": str(self.data_dir), "keep_data": self.keep_data,
             "direct": asdict(self.direct),
             "proxied": asdict(self.proxied),
             "rabbitmq_management_url": self.rabbitmq_management_url,
             "s3_bucket": self.s3_bucket, "s3_access_key": ACCESS_KEY, "s3_secret_key": SECRET_KEY,
             "toxiproxy_api": f"http://{LOOPBACK}:{self.toxiproxy_server.api_port}",
             "pids": self.pids(), "ports": self.own_ports(), "ready_seconds": self.ready_seconds,
+            "stray_sockets": [str(p) for p in self.s3.stray_sockets],
         }
 
     def write_state(self, stopped: bool = False) -> None:
-        state = self.describe() | {"stopped": stopped}
-        (self.run_dir / "stack.json").write_text(json.dumps(state, indent=2))
+        with self._state_lock:  # services start in parallel threads, each recording its PID
+            _write_json_atomically(self.run_dir / "stack.json", self.describe() | {"stopped": stopped})
+
+
+def _write_json_atomically(path: Path, state: dict) -> None:
+    # `harness stack down` or a test may read it while a start is still writing it.
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(state, indent=2))
+    os.replace(partial, path)
+
+
+def release_data_dir(data_dir: Path | str | None, keep_data: bool) -> None:
+    if keep_data:
+        print(f"[stack] service data kept for a post-mortem in {data_dir} (remove it when done)", file=sys.stderr)
+    elif not remove_data_dir(data_dir):
+        print(f"[stack] could not remove the data folder {data_dir}", file=sys.stderr)
 
 
 def stop_from_state(run_dir: Path) -> dict:
-    """Stop a stack recorded in `run_dir/stack.json` (started by another process), by its PIDs."""
+    """Stop a stack recorded in `run_dir/stack.json` (started by another process), by its PIDs, and remove its
+    data folder unless it was started with `keep_data`."""
     state_file = Path(run_dir) / "stack.json"
     state = json.loads(state_file.read_text())
-    order = ["toxiproxy", "s3", "postgres", "rabbitmq", "epmd"]
-    for name in order:
-        pid = state["pids"].get(name)
-        if pid:
-            kill_group_by_pid(pid, grace=5)
-    state["stopped"] = True
-    state_file.write_text(json.dumps(state, indent=2))
+    keep_data = bool(state.get("keep_data"))
+    with signals_deferred():
+        if not state.get("stopped"):  # PIDs of a stopped stack may belong to someone else by now
+            for name in STOP_ORDER:
+                pid = state["pids"].get(name)
+                if pid:
+                    stop_group_by_pid(pid, **stop_plan(name, keep_data))
+            remove_sockets(state.get("stray_sockets", []))
+        state["stopped"] = True
+        _write_json_atomically(state_file, state)
+        release_data_dir(state.get("data_dir"), keep_data)
     return state

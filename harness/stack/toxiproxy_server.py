@@ -1,6 +1,7 @@
-"""The Toxiproxy server process, with one proxy in front of each service."""
+"""The Toxiproxy server process, with one proxy in front of each service. TCP only; it keeps no data."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from .tools import toxiproxy_server
 
 @dataclass
 class ToxiproxyServer:
-    root: Path
+    log_dir: Path  # in the run directory
     api_port: int
     proxies: list[ProxySpec]
     process: ServiceProcess | None = None
@@ -22,16 +23,16 @@ class ToxiproxyServer:
     name = "toxiproxy"
 
     def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         self.process = ServiceProcess(
             name=self.name, argv=[str(toxiproxy_server()), "-host", LOOPBACK, "-port", str(self.api_port)],
-            log_path=self.root / "toxiproxy.log").start()
+            log_path=self.log_dir / "toxiproxy.log").start()
 
     def ready(self) -> bool:
         return httpx.get(f"http://{LOOPBACK}:{self.api_port}/version", timeout=1).status_code == 200
 
-    def wait_ready(self, timeout: float = 15) -> float:
-        waited = wait_until(self.ready, timeout, "Toxiproxy", on_fail=lambda: self.process.tail() if self.process else "")
+    def wait_ready(self, timeout: float = 15, abandon: threading.Event | None = None) -> float:
+        waited = wait_until(self.ready, timeout, "Toxiproxy", process=self.process, abandon=abandon,
+                            on_fail=lambda: self.process.tail() if self.process else "")
         client = self.client()
         for spec in self.proxies:
             client.ensure_proxy(spec)

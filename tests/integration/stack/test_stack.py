@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import aio_pika
 import asyncio
@@ -39,6 +40,10 @@ def test_stack_up_then_down_leaves_no_process_and_no_port(tmp_path):
     assert leftovers == {}, f"processes left behind: {leftovers}"
     from harness.stack.ports import port_listening
     assert [p for p in info["ports"] if port_listening(p)] == []
+    # `down` ran in another process, yet the data folder went too; the logs stay with the run directory.
+    assert info["keep_data"] is False and not Path(info["data_dir"]).exists()
+    assert f"data dir {info['data_dir']}: removed" in down.stdout
+    assert (run_dir / "logs" / "postgres.log").is_file() and (run_dir / "logs" / "rabbitmq.log").is_file()
 
 
 def test_tenant_urls_work_through_toxiproxy(stack: Stack, tenant):
