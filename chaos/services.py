@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 
+# Services restarted cleanly rather than killed. RabbitMQ 3.10 (Debian's) loses a young quorum queue's Ra server
+# when the node is SIGKILLed: the queue still exists after the restart but every consume and get times out (seen
+# here for queues declared up to seconds before the kill). An implementation cannot defend against its broker
+# losing the queue, so a kill would grade the broker; a clean stop still drops every connection, returns every
+# unacked delivery and leaves publishes unconfirmed — everything the implementation must survive.
+STOPPED_CLEANLY = frozenset({"rabbitmq"})
+
+
 class ServiceFaults:
     def __init__(self, stack, history):
         self.stack = stack
         self.history = history
 
     def restart(self, service: str, down_seconds: float = 0.0, sleep=None) -> float:
-        """Kill the service, keep it down ``down_seconds``, start it again; returns seconds until ready."""
+        """Kill (or cleanly stop) the service, keep it down ``down_seconds``, start it again; returns seconds until
+        ready."""
         import time
 
-        self.history.append("fault", action="restart_service", phase="start", service=service)
-        self.stack.kill(service)
+        how = "stop" if service in STOPPED_CLEANLY else "kill"
+        self.history.append("fault", action="restart_service", phase="start", service=service, how=how)
+        if how == "stop":
+            self.stack.stop_service(service)
+        else:
+            self.stack.kill(service)
         (sleep or time.sleep)(down_seconds)
         took = self.stack.restart(service)
         self.history.append("fault", action="restart_service", phase="end", service=service,

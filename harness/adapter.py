@@ -39,6 +39,7 @@ class Role:
     env: dict[str, str] = field(default_factory=dict)
     instances: int = 1
     consumer: bool = False
+    recovers_work: bool = False
     stop_timeout_seconds: float = 5.0
 
 
@@ -66,6 +67,7 @@ class Adapter(SchemaDocument):
                 env={k: str(v) for k, v in (spec.get("env") or {}).items()},
                 instances=int(spec.get("instances", 1)),
                 consumer=bool(spec.get("consumer", name == "worker")),
+                recovers_work=bool(spec.get("recovers_work", name == "sweeper")),
                 stop_timeout_seconds=float(spec.get("stop_timeout_seconds", 5)),
             )
         return out
@@ -92,7 +94,8 @@ class Adapter(SchemaDocument):
 
     @property
     def failpoint_roles(self) -> dict[str, str]:
-        return {**DEFAULT_WINDOW_ROLES, **(self.raw.get("failpoints") or {})}
+        mapped = {w: self.window_role(w) for w in WINDOWS}
+        return {**{w: r for w, r in mapped.items() if r}, **(self.raw.get("failpoints") or {})}
 
     @property
     def timings(self) -> dict:
@@ -127,10 +130,57 @@ class Adapter(SchemaDocument):
     def replay_path(self) -> str:
         return (self.raw.get("admin") or {}).get("replay_path", "/v1/admin/attachments/{id}/replay")
 
+    def roles_flagged(self, flag: str) -> list[str]:
+        return sorted(name for name, role in self.roles.items() if getattr(role, flag))
+
+    def window_role(self, window: str) -> str | None:
+        """The role hosting a failure window: the adapter's ``[failpoints]`` map, else the usual layout when the
+        adapter has a role of that name (a relay may live inside the API: then the adapter must say so)."""
+        role = (self.raw.get("failpoints") or {}).get(window) or DEFAULT_WINDOW_ROLES.get(window)
+        return role if role in self.raw["roles"] else None
+
+    def expand_roles(self, names: list[str], windows: list[str] = ()) -> list[str]:
+        """Role names with the groups a scenario may name instead, so scenarios never assume role names:
+        ``@consumers`` (roles flagged ``consumer``), ``@recovers_work`` (roles flagged ``recovers_work``) and
+        ``@window`` (the role hosting the scenario's window)."""
+        groups = {"@consumers": self.roles_flagged("consumer"), "@recovers_work": self.roles_flagged("recovers_work"),
+                  "@window": [r for r in (self.window_role(w) for w in windows) if r]}
+        out: list[str] = []
+        for name in names:
+            for role in groups.get(name, [name]):
+                if role not in out:
+                    out.append(role)
+        return out
+
+    def placeholders(self) -> dict[str, str | None]:
+        """What ``{python}``, ``{adapter_dir}`` and ``{repo}`` stand for in commands (``{repo}``: None outside a
+        checkout of this repository)."""
+        return {"python": sys.executable, "adapter_dir": str(self.directory),
+                "repo": str(REPO_ROOT) if REPO_ROOT is not None else None}
+
+    def expand(self, part: str) -> str:
+        """One command word with its placeholders expanded; AdapterError naming an unknown or unusable one."""
+        subst = self.placeholders()
+
+        class _Lookup(dict):
+            def __missing__(self, key):
+                if key in subst:  # {repo} outside a checkout
+                    raise AdapterError(f"{{{key}}} in {part!r} names the harness's repository checkout, and this "
+                                       "harness runs from an installed package: use {adapter_dir} (the adapter "
+                                       "file's folder) instead")
+                raise AdapterError(f"unknown placeholder {{{key}}} in {part!r} (known: "
+                                   + ", ".join("{" + k + "}" for k in sorted(subst)) + ")")
+
+        try:
+            return part.format_map(_Lookup({k: v for k, v in subst.items() if v is not None}))
+        except AdapterError:
+            raise
+        except (ValueError, IndexError) as exc:  # a stray brace, a positional field
+            raise AdapterError(f"cannot expand {part!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
+
     def resolve_command(self, command: tuple[str, ...] | list[str]) -> list[str]:
         """Expand {python} {adapter_dir} {repo}; find a bare program beside the running interpreter first."""
-        subst = {"python": sys.executable, "adapter_dir": str(self.directory), "repo": str(REPO_ROOT)}
-        out = [part.format(**subst) for part in command]
+        out = [self.expand(part) for part in command]
         if out and os.sep not in out[0]:
             beside = Path(sys.executable).parent / out[0]
             if beside.exists():
@@ -153,18 +203,24 @@ class Adapter(SchemaDocument):
             "expiry": self.expiry,
             "broker": self.broker,
             "roles": {name: role.instances for name, role in self.roles.items()},
-            "consumers": sorted(name for name, role in self.roles.items() if role.consumer),
+            "consumers": self.roles_flagged("consumer"),
+            "recovers_work": self.roles_flagged("recovers_work"),
             "failpoints": self.failpoint_roles,
         }
 
 
 def resolve_path(path_or_name: str) -> Path:
-    """``reference`` (or any name of a folder with adapter.toml under the repo) or a path to a TOML file/folder."""
+    """A path to a TOML file or to a folder holding adapter.toml; from a checkout also a name such as ``reference``
+    (a folder with adapter.toml at the top of the repository or under tests/broken/)."""
     candidate = Path(path_or_name)
     if candidate.is_file():
         return candidate.resolve()
     if candidate.is_dir() and (candidate / "adapter.toml").is_file():
         return (candidate / "adapter.toml").resolve()
+    if REPO_ROOT is None:
+        raise AdapterError(f"no adapter file {path_or_name!r}: give a path to an adapter.toml or to its folder (names "
+                           "such as `reference` are only known when the harness runs from a checkout of its "
+                           "repository; start one with `harness adapter init`)")
     for folder in (REPO_ROOT / path_or_name, REPO_ROOT / "tests" / "broken" / path_or_name):
         if (folder / "adapter.toml").is_file():
             return (folder / "adapter.toml").resolve()
@@ -182,8 +238,8 @@ def load(path_or_name: str | Path) -> Adapter:
         raise AdapterError(f"{path}: invalid adapter file:\n  " + "\n  ".join(problems))
     unknown = [w for w in (raw.get("failpoints") or {}) if w not in WINDOWS]
     adapter = Adapter(path=path, raw=raw)
-    missing_roles = sorted({r for r in adapter.failpoint_roles.values() if r not in raw["roles"]})
-    if adapter.has("failpoints") and missing_roles:
+    missing_roles = sorted({r for r in (raw.get("failpoints") or {}).values() if r not in raw["roles"]})
+    if missing_roles:
         raise AdapterError(f"{path}: failpoints mapped to unknown roles {missing_roles}")
     if unknown:
         # More failpoint names are allowed (DESIGN §4); they are simply not graded windows.

@@ -16,6 +16,7 @@ Line types (field ``type``):
   fault                       a nemesis action (``phase`` start / end / hit)
   role                        a role started / exited / restarted
   phase                       a scenario phase marker (workload, faults, heal, drain ...)
+  observe                     what the observers could see: tap queue, firehose, each mirrored binding
   note                        anything else worth keeping
 """
 
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 EVENT_TYPES = frozenset(
-    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "note"}
+    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note"}
 )
 
 

@@ -13,11 +13,32 @@ from .seeding import stream
 DEFAULTS = {"restart_after": 0.5, "timeout": 30.0}
 
 
-def resolve_schedule(faults: list[dict], seed: int) -> list[dict]:
-    """Each fault with its random choices made: ``at`` + jitter, a delay drawn from ``delay`` [lo, hi]."""
+def is_scaled(value) -> bool:
+    return isinstance(value, dict) and "of" in value
+
+
+def timings_needed(faults: list[dict]) -> set[str]:
+    """The implementation's timings a schedule scales with (``{of = "lease_seconds", times = 2.25}``)."""
+    return {v["of"] for fault in faults for v in fault.values() if is_scaled(v)}
+
+
+def scale(value, timings: dict):
+    """A duration written relative to the implementation's own timings — ``{of, times, plus}`` — in seconds, so
+    a pause "longer than the lease" is longer than *this* implementation's lease."""
+    if not is_scaled(value):
+        return value
+    if timings.get(value["of"]) is None:
+        raise KeyError(f"the adapter declares no {value['of']}")
+    return round(float(timings[value["of"]]) * float(value.get("times", 1)) + float(value.get("plus", 0)), 3)
+
+
+def resolve_schedule(faults: list[dict], seed: int, timings: dict | None = None) -> list[dict]:
+    """Each fault with its random choices made (``at`` + jitter, a delay drawn from ``delay`` [lo, hi]) and its
+    durations scaled to the implementation's timings."""
     rng = stream(seed, "faults")
     out = []
     for index, fault in enumerate(faults):
+        fault = {k: scale(v, timings or {}) for k, v in fault.items()}
         step = {**DEFAULTS, **fault, "index": index}
         if "at" in fault:
             step["at"] = round(float(fault["at"]) + rng.uniform(0, float(fault.get("jitter", 0))), 3)

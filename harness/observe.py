@@ -135,16 +135,34 @@ class Management:
     def _q(self, name: str) -> str:
         return f"{urllib.parse.quote(self.vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
 
-    def exchange_exists(self, exchange: str) -> bool:
-        return self.client.get(f"/api/exchanges/{self._q(exchange)}").status_code == 200
+    def _vq(self) -> str:
+        return urllib.parse.quote(self.vhost, safe="")
 
-    def declare_tap(self, queue: str, exchange: str) -> None:
+    def queue_exists(self, queue: str) -> bool:
+        return self.client.get(f"/api/queues/{self._q(queue)}").status_code == 200
+
+    def declare_queue(self, queue: str) -> None:
         response = self.client.put(f"/api/queues/{self._q(queue)}", json={"durable": True, "auto_delete": False,
                                                                          "arguments": {"x-queue-type": "classic"}})
         response.raise_for_status()
-        response = self.client.post(f"/api/bindings/{urllib.parse.quote(self.vhost, safe='')}/e/"
-                                    f"{urllib.parse.quote(exchange, safe='')}/q/{urllib.parse.quote(queue, safe='')}",
-                                    json={"routing_key": "#"})
+
+    def queue_bindings(self, queue: str) -> list[dict] | None:
+        """Every binding of ``queue`` (None when the queue does not exist yet)."""
+        response = self.client.get(f"/api/queues/{self._q(queue)}/bindings")
+        if response.status_code == 404:
+            return None
+        response.raise_for_status()
+        return response.json()
+
+    def bind(self, exchange: str, queue: str, routing_key: str, arguments: dict | None = None) -> None:
+        response = self.client.post(f"/api/bindings/{self._vq()}/e/{urllib.parse.quote(exchange, safe='')}/q/"
+                                    f"{urllib.parse.quote(queue, safe='')}",
+                                    json={"routing_key": routing_key, "arguments": arguments or {}})
+        response.raise_for_status()
+
+    def enable_tracing(self) -> None:
+        """Turn on the vhost's firehose (amq.rabbitmq.trace): the only view of default-exchange publishes."""
+        response = self.client.put(f"/api/vhosts/{self._vq()}", json={"tracing": True})
         response.raise_for_status()
 
     def get(self, queue: str, count: int = 100, requeue: bool = False) -> list[dict]:
@@ -165,7 +183,7 @@ class Management:
                 "consumers": body.get("consumers")}
 
     def publish(self, exchange: str, routing_key: str, payload: str, properties: dict) -> bool:
-        response = self.client.post(f"/api/exchanges/{self._q(exchange)}/publish", json={
+        response = self.client.post(f"/api/exchanges/{self._q(exchange or 'amq.default')}/publish", json={
             "routing_key": routing_key, "payload": payload, "payload_encoding": "string",
             "properties": properties})
         response.raise_for_status()
@@ -209,51 +227,131 @@ def amqp_queue_depth(amqp_url: str, queue: str, timeout: float = 5.0) -> dict | 
         return None
 
 
+TRACE_EXCHANGE = "amq.rabbitmq.trace"
+KEPT_PROPERTIES = ("message_id", "content_type", "content_encoding", "delivery_mode", "headers", "timestamp",
+                   "type", "app_id", "correlation_id", "priority", "expiration", "user_id", "reply_to")
+
+
 class Tap(Poller):
-    def __init__(self, management: Management, history, exchange: str, work_queue: str,
-                 dead_letter_queue: str | None, tap_queue: str = "harness.tap", interval: float = 0.2,
-                 sample_every: float = 1.0):
+    """Sees every message that reaches the work queue, whatever the topology (DESIGN §4).
+
+    Two sources feed one private queue: a copy of each binding of the work queue (any exchange type: the copy
+    routes exactly what the original routes, dead-lettered messages included), kept in sync while the run goes
+    on, since roles may declare their topology at start or late; and the vhost's firehose for publishes to the
+    default exchange, which has no binding to copy (kept only when the broker says it routed to the work queue).
+    """
+
+    def __init__(self, management: Management, history, work_queue: str, dead_letter_queue: str | None,
+                 tap_queue: str = "harness.tap", interval: float = 0.2, sample_every: float = 1.0,
+                 sync_every: float = 1.0):
         super().__init__("tap", interval)
         self.m = management
         self.history = history
-        self.exchange = exchange
         self.work_queue = work_queue
         self.dead_letter_queue = dead_letter_queue
         self.tap_queue = tap_queue
         self.sample_every = sample_every
+        self.sync_every = sync_every
         self._last_sample = 0.0
-        self.messages: list[dict] = []  # (body, raw, properties) of every tapped message, for republishing
+        self._last_sync = 0.0
+        self.copied: set[tuple[str, str, str]] = set()  # (exchange, routing key, arguments) copied onto the tap
+        self.firehose = False
+        self.messages: list[dict] = []  # (body, raw, properties, exchange, routing_key) of every tapped message
         self._lock = threading.Lock()
 
-    def bind(self, timeout: float = 30) -> None:
-        """Wait for the implementation's setup to create the exchange, then bind the tap queue to it."""
+    def prepare(self) -> None:
+        """Before any role starts: the tap queue and the firehose for default-exchange publishes."""
+        self.m.declare_queue(self.tap_queue)
+        try:
+            self.m.enable_tracing()
+            self.m.bind(TRACE_EXCHANGE, self.tap_queue, "publish.")
+            self.firehose = True
+        except httpx.HTTPError as exc:
+            self.history.append("note", message="firehose unavailable: default-exchange publishes are not observed",
+                                error=repr(exc))
+        self.history.append("observe", source="tap", queue=self.tap_queue, firehose=self.firehose)
+
+    def sync_bindings(self) -> int:
+        """Copy any binding of the work queue the tap lacks; returns how many bindings the tap mirrors."""
+        bindings = self.m.queue_bindings(self.work_queue)
+        if bindings is None:
+            return len(self.copied)
+        for b in bindings:
+            if not b.get("source"):  # the default exchange's implicit binding: seen through the firehose
+                continue
+            arguments = b.get("arguments") or {}
+            key = (b["source"], b.get("routing_key", ""), json.dumps(arguments, sort_keys=True))
+            if key in self.copied:
+                continue
+            self.m.bind(b["source"], self.tap_queue, b.get("routing_key", ""), arguments)
+            self.copied.add(key)
+            self.history.append("observe", source="binding", exchange=b["source"], routing_key=b.get("routing_key"),
+                                arguments=arguments, queue=self.work_queue)
+        return len(self.copied)
+
+    def wait_for_topology(self, timeout: float) -> bool:
+        """Wait until the work queue exists (declared by a setup command or a role at start) and mirror it."""
         deadline = time.monotonic() + timeout
-        while not self.m.exchange_exists(self.exchange):
+        while True:
+            try:
+                if self.m.queue_exists(self.work_queue):
+                    self.sync_bindings()
+                    self._last_sync = time.monotonic()
+                    return True
+            except httpx.HTTPError:
+                pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"exchange {self.exchange!r} did not appear in {timeout}s")
+                self.history.append("note", message="work queue not declared yet; the tap keeps looking",
+                                    queue=self.work_queue, waited_seconds=timeout)
+                return False
             time.sleep(0.2)
-        self.m.declare_tap(self.tap_queue, self.exchange)
+
+    @property
+    def observing(self) -> bool:
+        return bool(self.copied) or self.firehose
 
     def tick(self) -> None:
-        self.drain_once()
         now = time.monotonic()
+        if now - self._last_sync >= self.sync_every:
+            self._last_sync = now
+            self.sync_bindings()
+        self.drain_once()
         if now - self._last_sample >= self.sample_every:
             self._last_sample = now
             self.sample()
 
     def drain_once(self) -> int:
         got = self.m.get(self.tap_queue, 100)
+        kept = 0
         for message in got:
+            seen = self._unwrap(message)
+            if seen is None:
+                continue
+            kept += 1
             body, raw = decode_payload(message)
-            properties = message.get("properties") or {}
-            self.history.append("message", exchange=message.get("exchange"), routing_key=message.get("routing_key"),
-                                properties={k: properties.get(k) for k in ("message_id", "content_type",
-                                                                          "delivery_mode", "headers", "timestamp")},
-                                body=body, body_raw=None if body is not None else raw[:2000])
+            properties = {k: seen["properties"].get(k) for k in KEPT_PROPERTIES if seen["properties"].get(k) is not None}
+            self.history.append("message", exchange=seen["exchange"], routing_key=seen["routing_key"],
+                                source=seen["source"], properties=properties, body=body,
+                                body_raw=None if body is not None else raw[:2000])
             with self._lock:
                 self.messages.append({"body": body, "raw": raw, "properties": properties,
-                                      "routing_key": message.get("routing_key")})
-        return len(got)
+                                      "exchange": seen["exchange"], "routing_key": seen["routing_key"]})
+        return kept
+
+    def _unwrap(self, message: dict) -> dict | None:
+        """Where the message was published and with which properties; None for a firehose record of a publish
+        that did not reach the work queue."""
+        properties = message.get("properties") or {}
+        if message.get("exchange") != TRACE_EXCHANGE:
+            return {"exchange": message.get("exchange") or "", "routing_key": message.get("routing_key") or "",
+                    "properties": properties, "source": "binding"}
+        trace = properties.get("headers") or {}
+        routed = trace.get("routed_queues")
+        keys = trace.get("routing_keys") or [""]
+        if self.work_queue not in (routed if routed is not None else keys):
+            return None
+        return {"exchange": trace.get("exchange_name") or "", "routing_key": keys[0],
+                "properties": trace.get("properties") or {}, "source": "firehose"}
 
     def sample(self) -> dict:
         out = {}

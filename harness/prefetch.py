@@ -44,7 +44,10 @@ def read_consumers(client, vhost: str, queue: str) -> list[ChannelSample]:
     now = time.time()
     samples = []
     for consumer in (c for c in consumers if c["queue"]["name"] == queue):
-        channel_name = consumer["channel_details"]["name"]
+        details = consumer.get("channel_details")
+        if not isinstance(details, dict) or not details.get("name"):
+            continue  # listed before the broker filled in its channel (an empty list, not an object): next tick
+        channel_name = details["name"]
         channel = client.get(f"/api/channels/{urllib.parse.quote(channel_name, safe='')}")
         if channel.status_code != 200:
             continue  # the channel closed between the two reads

@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -29,10 +32,10 @@ from .final_state import read_final
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
 from .observe import ApiObserver, ConsumerSampler, Management, Tap, amqp_queue_depth, decode_payload
-from .schemas import REPO_ROOT
+from .paths import reports_dir
 from .supervisor import Supervisor
 
-REPORTS_DIR = REPO_ROOT / "reports" / "runs"
+REPORTS_DIR = reports_dir()  # reports/runs under the checkout, else under the current directory
 TERMINAL = ("ready", "failed")
 
 
@@ -65,10 +68,12 @@ class ScenarioRun:
         self.window_hits: list[dict] = []
         self.restart_timers: list[threading.Timer] = []
         self.restart_after: dict[str, float] = {}
-        self.schedule = resolve_schedule(list(scenario.raw.get("faults") or []), self.seed)
+        self.schedule = resolve_schedule(list(scenario.raw.get("faults") or []), self.seed,
+                                         {**adapter.timings, **(scenario.raw.get("timings") or {})})
         w = scenario.raw["workload"]
         self.ops = workload.plan(self.seed, int(w.get("uploads", 0)), int(w.get("bad", 0)), int(w.get("poison", 0)),
-                                 int(w.get("max_side", 96)))
+                                 int(w.get("max_side", 96)), poison_at=w.get("poison_at") or (),
+                                 min_side=int(w.get("min_side", 16)))
         self.t0 = time.monotonic()
         self.timings_in_effect = adapter.timings
         self.sampler = None
@@ -165,14 +170,18 @@ class ScenarioRun:
 
     # --- phases ---------------------------------------------------------------------------------
     def _setup(self) -> None:
-        tenant_name = f"h{self.seed % 100000}-{self.run_dir.name[-6:]}-{self.scenario.name[:20]}"
+        # Unique per run: two grades with the same seed on one stack (grade-many, a rerun) never share a tenant.
+        tenant_name = f"h{self.seed % 100000}-{uuid.uuid4().hex[:6]}-{self.scenario.name[:20]}"
         self.tenant = self.stack.new_tenant(tenant_name)
         self.port = int(self.adapter.http["port"]) or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         # A scenario's [timings] (e.g. a short job TTL) reach the roles through the adapter's [timings_env].
         self.timings_in_effect, timing_env = self.adapter.timing_overrides(self.scenario.raw.get("timings") or {})
+        # Each run's roles get a private temporary folder, as a container would, removed when they stop: whatever
+        # they leave there (pool sockets of a killed process, spooled uploads) is not left on the machine.
+        self.role_tmp = tempfile.mkdtemp(prefix="harness-roles-")
         common = {**os.environ, **self.adapter.env, **timing_env, "HTTP_PORT": str(self.port), "LEVEL": str(self.level),
-                  "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": ""}
+                  "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": "", "TMPDIR": self.role_tmp}
         common.pop("VIRTUAL_ENV", None)
         self.env = {**common, **self.tenant.env(proxied=True)}
         self.env_direct = self.tenant.env(proxied=False)
@@ -189,13 +198,13 @@ class ScenarioRun:
                 raise RuntimeError(f"setup command exited {done.returncode}; see logs/setup.log")
         broker = self.adapter.broker
         self.management = Management(self.tenant.rabbitmq_management_url, self.tenant.direct.amqp_url)
-        self.tap = Tap(self.management, self.history, broker["exchange"], broker["work_queue"],
-                       broker.get("dead_letter_queue"))
-        self.tap.bind()
+        self.tap = Tap(self.management, self.history, broker["work_queue"], broker.get("dead_letter_queue"))
+        self.tap.prepare()
 
     def _start_roles(self) -> None:
         self.supervisor = Supervisor(self.run_dir, self.history, on_exit=self._on_exit)
-        counts = self.scenario.raw.get("roles") or {}
+        counts = {role: n for key, n in (self.scenario.raw.get("roles") or {}).items()
+                  for role in self.adapter.expand_roles([key])}
         for name, role in self.adapter.roles.items():
             command = self.adapter.resolve_command(role.command)
             for index in range(int(counts.get(name, role.instances))):
@@ -210,6 +219,9 @@ class ScenarioRun:
             if name not in self.held:
                 self.supervisor.start(name, self._first_start_env(name))
         self._wait_healthy()
+        # The topology may be declared by the roles at start, so the tap mirrors it only now (and keeps it in
+        # sync); a work queue that only a held consumer declares appears later and is picked up then.
+        self.tap.wait_for_topology(float(self.adapter.http.get("startup_timeout_seconds", 30)) / 3)
         self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
         self.observer.start()
         self.tap.start()
@@ -228,7 +240,7 @@ class ScenarioRun:
         return {"FAILPOINTS": failpoints_value(arms)} if arms else {}
 
     def _failpoint_instance(self, step) -> str:
-        role = step.get("role") or self.adapter.failpoint_roles[step["window"]]
+        role = step.get("role") or self.adapter.window_role(step["window"])
         return self.instances_of(role)[0]
 
     def _wait_healthy(self, timeout: float | None = None) -> None:
@@ -273,7 +285,7 @@ class ScenarioRun:
         timer.start()
 
     def _hold(self, step) -> None:
-        roles = step.get("hold") or []
+        roles = self.adapter.expand_roles(step.get("hold") or [])
         names = [n for r in roles for n in self.instances_of(r)]
         if not names:
             return
@@ -286,7 +298,7 @@ class ScenarioRun:
                                                    " (so lease recovery cannot mask the fault)"))
 
     def _release(self, step) -> None:
-        roles = step.get("hold") or []
+        roles = self.adapter.expand_roles(step.get("hold") or [])
         names = [n for r in roles for n in self.instances_of(r) if n in self.held]
         if not names:
             return
@@ -378,8 +390,15 @@ class ScenarioRun:
             return self.workload_done.is_set() and all(states.get(a) in TERMINAL for a in self.observer.ids)
         raise ValueError(f"unknown trigger {when!r}")
 
+    def _role(self, step) -> str:
+        """The role a step targets: named, or a group (default ``@consumers``: the adapter's consumer roles)."""
+        roles = self.adapter.expand_roles([step.get("role") or "@consumers"], self.scenario.raw.get("windows") or [])
+        if not roles:
+            raise ValueError(f"scenario targets {step.get('role') or '@consumers'!r}, which the adapter does not define")
+        return roles[0]
+
     def _target(self, step) -> str:
-        role = step.get("role") or "worker"
+        role = self._role(step)
         names = self.instances_of(role)
         if not names:
             raise ValueError(f"scenario targets role {role!r} which the adapter does not define")
@@ -463,7 +482,7 @@ class ScenarioRun:
         elif action == "start_instance":
             if not self._wait_trigger(step, delays[0]):
                 return
-            self._start_extra_instance(step.get("role", "worker"))
+            self._start_extra_instance(self._role(step))
         elif action == "replay":
             self._replay_failed(step)
         elif action == "hold":
@@ -539,16 +558,13 @@ class ScenarioRun:
                 seen.add(m["body"]["job_id"])
                 unique.append(m)
         unique = unique[: int(step.get("params", {}).get("jobs", 2))]
-        props = lambda m: {k: v for k, v in (m.get("properties") or {}).items()
-                           if k in ("message_id", "content_type", "delivery_mode", "headers", "timestamp") and v is not None}
         jobs = [m["body"]["job_id"] for m in unique]
         self.history.append("fault", action="republish", phase="start", jobs=jobs, copies=copies,
                             state=target_state)
         self.log(f"republishing {copies}× {len(unique)} jobs ({target_state})")
 
-        def send(m):
-            return self.management.publish(self.adapter.broker["exchange"], m.get("routing_key") or
-                                           self.adapter.broker.get("routing_key", "#"), m["raw"], props(m))
+        def send(m):  # where the original went, with every property and header it had
+            return self.management.publish(m["exchange"], m["routing_key"], m["raw"], m["properties"])
         with ThreadPoolExecutor(max(1, copies * len(unique))) as pool:
             routed = list(pool.map(send, [m for m in unique for _ in range(copies)]))
         self.history.append("fault", action="republish", phase="end", jobs=jobs, routed=sum(routed))
@@ -568,8 +584,10 @@ class ScenarioRun:
                 response = client.post(path, json={"reason": "harness replay"},
                                        headers={"Authorization": f"Bearer {token}"})
                 kind = "ok" if response.status_code == 202 else "fail"
+                answer = response.json() if kind == "ok" else {}
                 self.history.append(kind, op=op, f="replay", attachment_id=attachment_id,
-                                    status=response.status_code, unauthenticated_status=unauth)
+                                    status=response.status_code, unauthenticated_status=unauth,
+                                    job_id=answer.get("job_id"), attempt=answer.get("attempt"))
         self.log(f"replayed {len(failed)} failed attachments")
 
     # --- heal / drain / teardown ----------------------------------------------------------------
@@ -583,19 +601,32 @@ class ScenarioRun:
         ids = list(self.observer.ids) if self.observer else []
         return ids
 
+    def drain_budget(self) -> float:
+        """The scenario's drain time, but never shorter than this implementation needs to recover a job whose
+        owner died: its lease plus two sweeps, twice (a retry may need a second recovery), plus slack."""
+        t = self.timings_in_effect
+        recovery = 2 * (float(t.get("lease_seconds", 0)) + 2 * float(t.get("sweep_interval_seconds", 0))) + 10
+        return max(float(self.scenario.raw.get("drain_seconds", 25)), recovery)
+
     def _drain(self) -> None:
-        budget = float(self.scenario.raw.get("drain_seconds", 25))
-        deadline = time.monotonic() + budget
-        last_report = 0.0
-        while time.monotonic() < deadline:
+        """Wait until every accepted upload is terminal. The budget counts from the last progress (a job ending), so
+        a backlog that drains slowly on a loaded machine is not mistaken for lost work; a run with no progress for a
+        whole budget ends, and so does one past four budgets in all."""
+        budget = self.drain_budget()
+        began = last_progress = time.monotonic()
+        last_report, done_before = 0.0, -1
+        while time.monotonic() - last_progress < budget and time.monotonic() - began < 4 * budget:
             states = [self.observer.states.get(a) for a in self.observer.ids]
             pending = [s for s in states if s not in TERMINAL]
             if not pending:
                 break
+            if len(states) - len(pending) > done_before:
+                done_before, last_progress = len(states) - len(pending), time.monotonic()
             if time.monotonic() - last_report > 3:
                 last_report = time.monotonic()
                 self.log(f"draining: {len(pending)} of {len(states)} not terminal")
             time.sleep(0.2)
+        deadline = time.monotonic() + budget
         # The work queue must empty too: counted exactly over AMQP, not from the lagging management statistics.
         queue_deadline = min(deadline, time.monotonic() + 10)
         while time.monotonic() < queue_deadline:
@@ -622,6 +653,8 @@ class ScenarioRun:
                 poller.halt()
         if self.supervisor is not None:
             self.supervisor.stop_all()
+        if getattr(self, "role_tmp", None):
+            shutil.rmtree(self.role_tmp, ignore_errors=True)
         try:
             self.stack.toxiproxy.reset()
         except Exception as exc:
@@ -635,7 +668,8 @@ def check_run_dir(run_dir: Path, write: bool = True) -> dict:
     final = json.loads((run_dir / "final.json").read_text())
     run = json.loads((run_dir / "run.json").read_text())
     verdicts = checkers.run_checks(history, final, run)
-    statuses = [v.status for v in verdicts]
+    declared = (run.get("scenario") or {}).get("checks")
+    statuses = [v.status for v in verdicts if checkers.counts(v, declared)]
     if run.get("error"):
         statuses.append(checkers.UNKNOWN)
     results = {

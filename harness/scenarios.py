@@ -6,9 +6,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .schemas import REPO_ROOT, SchemaDocument, errors
+from .nemesis import timings_needed
+from .paths import data_dir
+from .schemas import SchemaDocument, errors
 
-CATALOGUE_DIR = REPO_ROOT / "scenarios"
+# The catalogue: the repository's scenarios/ folder, shipped in the wheel as package data (paths.py).
+CATALOGUE_DIR = data_dir("scenarios")
 
 
 class ScenarioError(ValueError):
@@ -102,9 +105,18 @@ def for_grade(scenarios, adapter, level: int) -> tuple[list[Scenario], list[tupl
         if lacking:
             skipped.append((s, f"adapter lacks {', '.join(lacking)}"))
             continue
+        unscalable = sorted(k for k in timings_needed(s.raw["faults"]) if adapter.timings.get(k) is None)
+        if unscalable:
+            skipped.append((s, f"its faults scale with {', '.join(unscalable)}, which the adapter does not declare"))
+            continue
         unsettable = sorted(k for k in (s.raw.get("timings") or {}) if k not in adapter.timings_env)
         if unsettable:
             skipped.append((s, f"adapter cannot set {', '.join(unsettable)} (no [timings_env] entry)"))
+            continue
+        unmapped = [w for w in s.raw.get("windows") or [] if adapter.window_role(w) is None
+                    and any(f.get("role") == "@window" or f.get("action") == "failpoint" for f in s.raw["faults"])]
+        if unmapped:
+            skipped.append((s, f"adapter maps no existing role to {', '.join(unmapped)} ([failpoints])"))
             continue
         original = by_name.get(s.raw.get("fallback_for", ""))
         if original is not None and all(adapter.has(c) for c in original.requires) and original.level <= level:

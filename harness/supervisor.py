@@ -66,6 +66,16 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def log_tail(path: Path, lines: int = 15, limit: int = 4000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
 class Supervisor:
     def __init__(self, run_dir: Path, history=None, on_exit=None):
         self.logs = Path(run_dir) / "logs"
@@ -218,6 +228,8 @@ class Supervisor:
                 seen[instance.name] = process.pid
                 exit_info = {"role": instance.name, "pid": process.pid, "returncode": process.returncode,
                              "expected": instance.expected_exit, "armed": instance.armed or None}
+                if not instance.expected_exit:  # the evidence a person needs: why did it die?
+                    exit_info["log_tail"] = log_tail(instance.log_path)
                 instance.exits.append(exit_info)
                 self._record("role", action="exit", **exit_info)
                 if self.on_exit:

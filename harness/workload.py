@@ -39,8 +39,8 @@ class UploadOp:
                 "size": len(self.data), "sha256": self.sha256, "idempotency_key": self.idempotency_key}
 
 
-def generate_image(rng: random.Random, fmt: str, max_side: int = 96) -> bytes:
-    width, height = rng.randint(16, max_side), rng.randint(16, max_side)
+def generate_image(rng: random.Random, fmt: str, max_side: int = 96, min_side: int = 16) -> bytes:
+    width, height = rng.randint(min_side, max_side), rng.randint(min_side, max_side)
     image = Image.new("RGB", (width, height), tuple(rng.randrange(256) for _ in range(3)))
     draw = ImageDraw.Draw(image)
     for _ in range(rng.randint(1, 6)):
@@ -80,16 +80,29 @@ def poison_input(rng: random.Random, max_side: int) -> tuple[bytes, str, str]:
     return bytes(data), "png", FORMATS["png"][1]
 
 
-def plan(seed: int, uploads: int, bad: int = 0, poison: int = 0, max_side: int = 96) -> list[UploadOp]:
-    """The deterministic list of uploads for ``seed``, shuffled so bad inputs sit among good ones."""
+POSITIONS = ("first", "middle", "last")
+
+
+def plan(seed: int, uploads: int, bad: int = 0, poison: int = 0, max_side: int = 96,
+         poison_at: tuple[str, ...] | list[str] = (), min_side: int = 16) -> list[UploadOp]:
+    """The deterministic list of uploads for ``seed``, shuffled so bad inputs sit among good ones.
+
+    ``poison_at`` (``first`` / ``middle`` / ``last``) pins that many of the ``poison`` items to those positions of
+    upload order (batch independence: the failing item leads, sits inside or closes a batch); the rest shuffle.
+    ``min_side`` makes every good image at least that large (work whose processing time is predictable)."""
     rng = stream(seed, "workload")
-    kinds = ["good"] * uploads + ["bad"] * bad + ["poison"] * poison
+    if len(poison_at) > poison or any(p not in POSITIONS for p in poison_at):
+        raise ValueError(f"poison_at {list(poison_at)} needs as many poison items and positions among {POSITIONS}")
+    kinds = ["good"] * uploads + ["bad"] * bad + ["poison"] * (poison - len(poison_at))
     rng.shuffle(kinds)
+    total = len(kinds) + len(poison_at)
+    for index in sorted({"first": 0, "middle": total // 2, "last": total - 1}[p] for p in poison_at):
+        kinds.insert(index, "poison")
     ops = []
     for index, kind in enumerate(kinds):
         if kind == "good":
             fmt = rng.choice(sorted(FORMATS))
-            data, content_type = generate_image(rng, fmt, max_side), FORMATS[fmt][1]
+            data, content_type = generate_image(rng, fmt, max_side, min(min_side, max_side)), FORMATS[fmt][1]
         elif kind == "bad":
             data, fmt, content_type = bad_input(rng)
         else:

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
-from . import (ack_after_commit, bounded_concurrency, bounded_retries, duplicate_effects, expiry, fault_coverage,
-               lease_ownership, lost_accepted_work, message_hygiene, replay_audit, staging_safety, state_regression)
+from . import (ack_after_commit, batch_independence, bounded_concurrency, bounded_retries, duplicate_effects, expiry,
+               fault_coverage, lease_ownership, lost_accepted_work, message_hygiene, replay_audit, role_stability,
+               staging_safety, state_regression)
 from .base import INVALID, UNKNOWN, VALID, Verdict, combine
 
 CHECKERS = {
     module.NAME: module
     for module in (lost_accepted_work, duplicate_effects, state_regression, bounded_retries, ack_after_commit,
                    message_hygiene, lease_ownership, staging_safety, replay_audit, expiry, bounded_concurrency,
-                   fault_coverage)
+                   batch_independence, role_stability, fault_coverage)
 }
+
+
+# Invariants whose "cannot tell" always makes a scenario unknown: observation itself failed (no message seen, no
+# upload accepted, a scheduled fault that never happened). Any other checker's unknown counts only in a scenario
+# that declares it among its checks; elsewhere it proves nothing and is shown as not counted.
+ALWAYS_COUNTED = frozenset({"fault_coverage", "lost_accepted_work", "message_hygiene"})
+
+
+def counts(verdict: Verdict | dict, declared: list[str] | None) -> bool:
+    """Whether this verdict's status decides the scenario's: every valid/invalid does; an unknown only if relied on."""
+    data = verdict if isinstance(verdict, dict) else verdict.to_dict()
+    return (data["status"] != UNKNOWN or declared is None or data["invariant"] in declared
+            or data["invariant"] in ALWAYS_COUNTED)
 
 
 def run_checks(history, final, run, names=None) -> list[Verdict]:
@@ -27,4 +41,4 @@ def run_checks(history, final, run, names=None) -> list[Verdict]:
     return verdicts
 
 
-__all__ = ["CHECKERS", "INVALID", "UNKNOWN", "VALID", "Verdict", "combine", "run_checks"]
+__all__ = ["ALWAYS_COUNTED", "CHECKERS", "INVALID", "UNKNOWN", "VALID", "Verdict", "combine", "counts", "run_checks"]

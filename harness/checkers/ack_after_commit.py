@@ -2,49 +2,47 @@
 
 A consumer that dies before committing its result must see the job redelivered:
 the broker still holds the unacked message, so redelivery alone — without
-lease recovery by a sweeper — brings the job to a terminal state. Scenarios
-that probe this keep the sweeper stopped (a ``hold`` phase) for a while after
-the crash, so an implementation that acked early is left with a job stuck in
-``processing`` and an empty queue: that is the evidence.
+lease recovery — brings the job to a terminal state. Scenarios that probe this
+keep every role that recovers work (the adapter's ``recovers_work`` roles)
+stopped for a while after the crash, so an implementation that acked early is
+left with a job stuck in ``processing`` and an empty queue: that is the evidence.
+Consumers are the adapter's ``consumer`` roles; a lease recovery is any
+``processing → queued`` after the crash (whatever its actor or reason says).
 """
 
 from __future__ import annotations
 
-from .base import (CONSUMER_ROLES, INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, evidence, seed_of, timings_of,
-                   transitions_of)
+from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, missing_timings,
+                   recovering_roles, role_kind, seed_of, timing, transitions_of)
 
 NAME = "ack_after_commit"
 REQUIREMENTS = ["BE-JOB-001"]
 
 
-def role_kind(role: str | None) -> str:
-    return (role or "").split("#", 1)[0]
-
-
-def consumer_crashes(history) -> list[dict]:
+def consumer_crashes(history, consumers: frozenset[str]) -> list[dict]:
     """Faults that killed a consumer without cleanup: failpoint crashes seen to hit, and SIGKILLs."""
     out = []
     for e in history.of_type("fault"):
-        if role_kind(e.get("role")) not in CONSUMER_ROLES:
+        if role_kind(e.get("role")) not in consumers:
             continue
         if (e.get("action") == "crash" and e.get("phase") == "hit") or (e.get("action") == "sigkill" and e.get("phase") == "start"):
             out.append(e)
     return out
 
 
-def hold_intervals(history, role: str) -> list[tuple[float, float | None, dict]]:
-    """(start wall, end wall or None, start event) for every phase that kept ``role`` stopped."""
-    out, open_ = [], {}
+def hold_intervals(history, roles: frozenset[str]) -> list[tuple[float, float | None, dict]]:
+    """(start wall, end wall or None, start event) for every phase that kept all of ``roles`` stopped."""
+    out, open_ = [], None
     for e in history.of_type("phase"):
-        if role not in (e.get("roles") or []):
+        if not roles or not roles <= set(e.get("roles") or []):
             continue
         if e.get("name") == "hold_start":
-            open_[role] = e
-        elif e.get("name") == "hold_end" and role in open_:
-            start = open_.pop(role)
-            out.append((start["wall"], e["wall"], start))
-    for start in open_.values():
-        out.append((start["wall"], None, start))
+            open_ = e
+        elif e.get("name") == "hold_end" and open_ is not None:
+            out.append((open_["wall"], e["wall"], open_))
+            open_ = None
+    if open_ is not None:
+        out.append((open_["wall"], None, open_))
     return out
 
 
@@ -59,7 +57,8 @@ def in_flight_at(trans: list[dict], wall: float) -> dict | None:
 
 
 def is_lease_recovery(t: dict) -> bool:
-    return "sweep" in (t.get("actor") or "") or "lease" in (t.get("reason") or "")
+    """After a consumer crash, a job it held can only go back to queued by recovery (never by its dead owner)."""
+    return (t.get("from"), t.get("to")) == ("processing", "queued")
 
 
 def others_in_flight(history, final, attachment_ids, target: str, wall: float) -> int:
@@ -80,23 +79,26 @@ def others_in_flight(history, final, attachment_ids, target: str, wall: float) -
 
 
 def check(history, final, run) -> Verdict:
-    timings = timings_of(run)
-    lease = float(timings.get("lease_seconds", 30))
+    consumers, recovering = consumer_roles(run), recovering_roles(run)
+    crashes = consumer_crashes(history, consumers)
+    if crashes and missing_timings(run, "lease_seconds"):
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, "consumer crashed, but the adapter declares no lease_seconds: "
+                       "cannot tell redelivery from lease recovery", seed=seed_of(run))
+    lease = timing(run, "lease_seconds") or 0.0
     checks = (run.get("scenario") or {}).get("check_options") or {}
     deadline_after = float(checks.get("redelivery_deadline_seconds", lease * 2 + 8))
     # RabbitMQ's management API refreshes queue counts every few seconds: ignore samples taken before that.
     stats_lag = float(checks.get("queue_stats_lag_seconds", 5.5))
-    has_sweeper = "sweeper" in (run.get("adapter", {}).get("roles") or {"sweeper": 1})
-    holds = hold_intervals(history, "sweeper")
-    crashes = consumer_crashes(history)
+    holds = hold_intervals(history, recovering)
     attachment_ids = sorted(set((final or {}).get("attachments", {})) |
                             {e["attachment_id"] for e in history.of_type("transition") if e.get("attachment_id")})
     problems, proven, notes, unknowns = [], [], [], []
     for crash in crashes:
         crash_wall = crash["wall"]
         hold = next((h for h in holds if h[0] <= crash_wall and (h[1] is None or h[1] > crash_wall)), None)
-        if has_sweeper and hold is None:
-            notes.append(f"crash at line {crash['line']} not probed: sweeper was running (lease recovery could mask)")
+        if recovering and hold is None:
+            notes.append(f"crash at line {crash['line']} not probed: {', '.join(sorted(recovering))} kept running "
+                         "(lease recovery could mask a lost delivery)")
             continue
         deadline = crash_wall + deadline_after
         if hold and hold[1] is not None:
@@ -108,7 +110,7 @@ def check(history, final, run) -> Verdict:
                 continue
             later = [t for t in trans if t["seq"] is not None and flight["seq"] is not None and t["seq"] > flight["seq"]]
             terminal = next((t for t in later if t["to"] in TERMINAL_STATES), None)
-            recovered_by_sweeper = next((t for t in later if is_lease_recovery(t)), None)
+            recovered = next((t for t in later if is_lease_recovery(t)), None)
             samples = [
                 {"t": q["t"], "queue": q.get("queue"), "ready": q.get("ready"), "unacked": q.get("unacked")}
                 for q in history.of_type("queue")
@@ -125,6 +127,12 @@ def check(history, final, run) -> Verdict:
             peeks = [q for q in history.of_type("queue")
                      if q.get("kind") == "peek" and crash_wall <= q["wall"] <= deadline]
             seen_in = [q for q in peeks if any(m.get("attachment_id") == attachment_id for m in q.get("messages") or [])]
+            if peeks and terminal and terminal["at"] is not None and terminal["at"] <= peeks[0]["wall"]:
+                # The fault line is written just before the signal lands: a job may commit (and ack) in between.
+                # Finished before the first look, it had no delivery left to return (as batch_independence reads it).
+                notes.append(f"{attachment_id}: reached {terminal['to']} before the first look into the work queue "
+                             "(committed before the kill landed)")
+                continue
             if peeks:
                 peek_evidence = dict(base, events=[crash] + peeks[:3],
                                      peeked=[{"t": q["t"], "jobs": [m.get("job_id") for m in q.get("messages") or []]}
@@ -142,11 +150,11 @@ def check(history, final, run) -> Verdict:
             retained = [q for q in samples_full if q["depth"] > others_in_flight(history, final, attachment_ids,
                                                                                   attachment_id, q["wall"])]
             if terminal and terminal["at"] is not None and terminal["at"] <= deadline and (
-                    recovered_by_sweeper is None or recovered_by_sweeper["seq"] > terminal["seq"]):
+                    recovered is None or recovered["seq"] > terminal["seq"]):
                 proven.append(evidence("redelivered after the crash and finished without lease recovery",
                                        reached=terminal["to"], at=terminal["at_text"], **base))
-            elif recovered_by_sweeper and recovered_by_sweeper["at"] is not None and recovered_by_sweeper["at"] <= deadline:
-                notes.append(f"{attachment_id}: recovered by the sweeper inside the probe window")
+            elif recovered and recovered["at"] is not None and recovered["at"] <= deadline:
+                notes.append(f"{attachment_id}: recovered by lease recovery inside the probe window")
             elif retained:
                 proven.append(evidence("the broker kept the unacked delivery after the crash (queue depth above the "
                                        "other jobs in flight) until lease recovery", **base))
@@ -156,7 +164,7 @@ def check(history, final, run) -> Verdict:
             else:
                 problems.append(evidence(
                     "consumer died before commit and the delivery did not survive: the job stayed "
-                    f"'processing' for {deadline - crash_wall:.1f}s with the sweeper held and the work queue "
+                    f"'processing' for {deadline - crash_wall:.1f}s with lease recovery held and the work queue "
                     "held nothing for it — the message was acked before its effect was durable", **base))
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} jobs lost their delivery at a consumer crash",

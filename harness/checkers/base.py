@@ -15,6 +15,10 @@ from typing import Any
 VALID, INVALID, UNKNOWN = "valid", "invalid", "unknown"
 TERMINAL_STATES = frozenset({"ready", "failed"})
 
+# DESIGN §2 reading: an attachment whose job expires before any claim may go queued → failed directly
+# (with the expiry error_code: checked by state_regression against the final state).
+EXPIRY_TRANSITION = ("queued", "failed")
+
 # DESIGN §2: the only transitions an attachment may take (from, to).
 ALLOWED_TRANSITIONS = frozenset(
     {
@@ -24,13 +28,12 @@ ALLOWED_TRANSITIONS = frozenset(
         ("processing", "ready"),
         ("processing", "failed"),
         ("failed", "queued"),  # explicit operator replay (level 4)
+        EXPIRY_TRANSITION,
     }
 )
 
 LEVEL_VARIANTS = {3: ("thumbnail",), 4: ("thumbnail", "crop", "optimized"), 5: ("thumbnail", "crop", "optimized")}
 
-# Roles whose death loses in-flight deliveries (consumers), used to find crashes that ack-after-commit must survive.
-CONSUMER_ROLES = frozenset({"worker"})
 
 
 @dataclass
@@ -85,6 +88,57 @@ def timings_of(run: dict) -> dict:
     return dict(run.get("adapter", {}).get("timings", {}))
 
 
+def timing(run: dict, name: str) -> float | None:
+    """A timing the adapter declared (or a scenario set), or None: a checker that needs a missing timing says
+    unknown, it never falls back to a lenient default."""
+    value = timings_of(run).get(name)
+    return None if value is None else float(value)
+
+
+def missing_timings(run: dict, *names: str) -> list[str]:
+    return [n for n in names if timing(run, n) is None]
+
+
+def role_kind(role: str | None) -> str:
+    """``worker#2`` -> ``worker``: the adapter role an instance belongs to."""
+    return (role or "").split("#", 1)[0]
+
+
+def consumer_roles(run: dict) -> frozenset[str]:
+    """Roles that consume the work queue, as the adapter's ``consumer`` flags say (never guessed from names)."""
+    return frozenset(run.get("adapter", {}).get("consumers") or ())
+
+
+def recovering_roles(run: dict) -> frozenset[str]:
+    """Roles that recover stuck work (lease expiry), as the adapter's ``recovers_work`` flags say."""
+    return frozenset(run.get("adapter", {}).get("recovers_work") or ())
+
+
+def has_capability(run: dict, name: str) -> bool:
+    return bool((run.get("adapter", {}).get("capabilities") or {}).get(name, name == "events"))
+
+
+def expiry_code(run: dict) -> str:
+    return (run.get("adapter", {}).get("expiry") or {}).get("error_code") or "expired"
+
+
+def operator_replays(history, attachment_id: str) -> list[dict]:
+    """Replays of this attachment that the harness itself asked for and the implementation accepted (202).
+    An operator replay is known from this call, never from the wording of ``actor`` or ``reason``."""
+    return [e for e in history.of_type("ok") if e.get("f") == "replay" and e.get("attachment_id") == attachment_id]
+
+
+def attempt_after(trans: list[dict], index: int) -> int | None:
+    """The attempt number a (re)queue at ``trans[index]`` starts: the one on the transition itself, or — for an
+    implementation that counts attempts at claim (DESIGN §2) — the one on the next claim, whichever is higher."""
+    numbers = [trans[index]["attempt"]]
+    claim = next((t for t in trans[index + 1:] if t["to"] == "processing"), None)
+    if claim is not None:
+        numbers.append(claim["attempt"])
+    numbers = [n for n in numbers if isinstance(n, int)]
+    return max(numbers) if numbers else None
+
+
 def accepted_attachments(history) -> dict[str, dict]:
     """attachment_id -> {"invoke": ev, "ok": ev} for every upload answered 202 (first acceptance wins)."""
     out: dict[str, dict] = {}
@@ -111,7 +165,7 @@ def transitions_of(history, final: dict, attachment_id: str) -> list[dict]:
     events = final_events(final, attachment_id)
     if not events:
         events = [
-            {"seq": e.get("event_seq"), "at": e.get("at"), "from": e.get("from"), "to": e.get("to"),
+            {"seq": e.get("event_seq"), "at": e.get("at_server"), "from": e.get("from"), "to": e.get("to"),
              "attempt": e.get("attempt"), "actor": e.get("actor"), "reason": e.get("reason")}
             for e in observed_transitions(history, attachment_id)
         ]

@@ -1,6 +1,8 @@
 """Invariant 4 — bounded retries (BE-JOB-003).
 
-Attempts never exceed the adapter's max_attempts; poison input reaches a
+Attempts never exceed the adapter's max_attempts — per attempt budget: an operator
+replay (one the harness asked for) starts a new budget, so an attachment replayed r
+times may reach max_attempts × (1 + r); poison input reaches a
 terminal, observable state (``failed`` with an error_code); the work queue is
 empty after draining and no job is delivered without end; retry delays stay
 under the declared cap (plus slack).
@@ -10,8 +12,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok, seed_of,
-                   timings_of, transitions_of)
+from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok, missing_timings,
+                   operator_replays, seed_of, timing, transitions_of)
 
 NAME = "bounded_retries"
 REQUIREMENTS = ["BE-JOB-003"]
@@ -20,8 +22,11 @@ REQUIREMENTS = ["BE-JOB-003"]
 def check(history, final, run) -> Verdict:
     if not final_read_ok(final):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", seed=seed_of(run))
-    timings = timings_of(run)
-    max_attempts = int(timings.get("max_attempts", 20))
+    lacking = missing_timings(run, "max_attempts")
+    if lacking:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, "the adapter declares no max_attempts: the retry bound cannot be "
+                       "checked", seed=seed_of(run))
+    max_attempts = int(timing(run, "max_attempts"))
     problems, retry_delays = [], []
     accepted = accepted_attachments(history)
     faults = len([e for e in history.of_type("fault") if e.get("phase") in ("start", "hit")])
@@ -29,13 +34,17 @@ def check(history, final, run) -> Verdict:
     for attachment_id, record in sorted(final.get("attachments", {}).items()):
         body = record.get("body") or {}
         attempt = body.get("attempt")
-        if isinstance(attempt, int) and attempt > max_attempts + replays:
-            problems.append(evidence(f"attempt {attempt} exceeds max_attempts {max_attempts}",
+        replayed = len(operator_replays(history, attachment_id))
+        bound = max_attempts * (1 + replayed)  # an operator replay runs a new attempt budget (as the reference does)
+        if isinstance(attempt, int) and attempt > bound:
+            problems.append(evidence(f"attempt {attempt} exceeds max_attempts {max_attempts}"
+                                     + (f" × {1 + replayed} budgets ({replayed} replays)" if replayed else ""),
                                      attachment_id=attachment_id))
         trans = transitions_of(history, final, attachment_id)
         for t in trans:
-            if isinstance(t["attempt"], int) and t["attempt"] > max_attempts + replays:
-                problems.append(evidence(f"transition with attempt {t['attempt']} > max_attempts {max_attempts}",
+            if isinstance(t["attempt"], int) and t["attempt"] > bound:
+                problems.append(evidence(f"transition with attempt {t['attempt']} > max_attempts {max_attempts}"
+                                         + (f" × {1 + replayed} budgets" if replayed else ""),
                                          attachment_id=attachment_id, seq=t["seq"], at=t["at_text"]))
                 break
         for prev, nxt in zip(trans, trans[1:]):
@@ -59,15 +68,21 @@ def check(history, final, run) -> Verdict:
     work = (final.get("queues") or {}).get("work") or {}
     if work and (work.get("ready") or 0) + (work.get("unacked") or 0) > 0:
         problems.append(evidence("work queue not empty after draining", queue=work))
-    cap = float(timings.get("retry_cap_seconds", 600))
-    slow = [d for d in retry_delays if d > cap + max(5.0, float(timings.get("lease_seconds", 30)) * 2)]
-    if slow:
-        problems.append(evidence(f"retry delays beyond the cap {cap}s", delays=slow))
+    cap, lease = timing(run, "retry_cap_seconds"), timing(run, "lease_seconds")
+    notes = []
+    if cap is None or lease is None:
+        notes.append(evidence("retry delays not compared with a cap: the adapter declares no "
+                              + " / ".join(missing_timings(run, "retry_cap_seconds", "lease_seconds"))))
+    else:
+        slow = [d for d in retry_delays if d > cap + max(5.0, lease * 2)]
+        if slow:
+            problems.append(evidence(f"retry delays beyond the cap {cap}s", delays=slow))
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} retry bounds violated", evidence=problems,
                        seed=seed_of(run))
     return Verdict(NAME, VALID, REQUIREMENTS,
                    f"attempts ≤ {max_attempts}, queue drained, {len(retry_delays)} retries observed",
                    exercised=bool(final.get("attachments")),
-                   evidence=[{"message": "retry delays (s)", "delays": retry_delays[:50]}] if retry_delays else [],
+                   evidence=([{"message": "retry delays (s)", "delays": retry_delays[:50]}] if retry_delays else [])
+                   + notes,
                    seed=seed_of(run))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok, parse_time,
-                   seed_of, transitions_of)
+from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok,
+                   parse_time, seed_of, transitions_of)
 
 NAME = "duplicate_effects"
 REQUIREMENTS = ["BE-JOB-002"]
@@ -62,7 +62,9 @@ def check(history, final, run) -> Verdict:
                 continue
             checked += 1
             if not obj.get("exists"):
-                if item is not body.get("original") or body.get("state") != "ready":
+                # An original may go once the attachment is terminal: after its results are published (ready), or
+                # under the documented retention of failed work (CONTRACT §8; staging_safety judges originals).
+                if item is not body.get("original") or body.get("state") not in TERMINAL_STATES:
                     problems.append(evidence(f"published object {key!r} is missing from S3",
                                              attachment_id=attachment_id, variant=item.get("name")))
                 continue

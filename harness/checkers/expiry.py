@@ -13,7 +13,7 @@ applied to fresh work.
 
 from __future__ import annotations
 
-from .base import (INVALID, UNKNOWN, VALID, CONSUMER_ROLES, Verdict, accepted_attachments, evidence, final_read_ok,
+from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, expiry_code, final_read_ok,
                    parse_time, seed_of, timings_of, transitions_of)
 
 NAME = "expiry"
@@ -23,13 +23,9 @@ REQUIREMENTS = ["BE-JOB-005"]
 SPAWN_SLACK_SECONDS = 0.1
 
 
-def expiry_code(run: dict) -> str:
-    return (run.get("adapter", {}).get("expiry") or {}).get("error_code") or "expired"
-
-
 def consumer_holds(history, run) -> list[tuple[dict, dict]]:
     """(hold_start, hold_end) phase pairs that held a consumer role."""
-    consumers = set(run.get("adapter", {}).get("consumers") or CONSUMER_ROLES)
+    consumers = consumer_roles(run)
     starts = [e for e in history.of_type("phase") if e.get("name") == "hold_start"
               and consumers & set(e.get("roles") or [])]
     out = []

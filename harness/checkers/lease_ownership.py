@@ -1,24 +1,26 @@
 """Invariant 6 — ownership (BE-JOB-006).
 
 When a worker is paused longer than its lease, the job it held is recovered
-and finished by someone else while it sleeps, and once it wakes its stale
-writes are rejected: no transition by an older attempt after a newer attempt
-started, and ready stays single (see duplicate_effects).
+by someone else while it sleeps (the new owner may finish it after the old one
+woke), and once it wakes its stale writes are rejected: no transition by an
+older attempt after a newer attempt started, and ready stays single (see
+duplicate_effects).
 """
 
 from __future__ import annotations
 
-from .ack_after_commit import in_flight_at, role_kind
-from .base import INVALID, TERMINAL_STATES, VALID, Verdict, evidence, level_of, seed_of, timings_of, transitions_of
+from .ack_after_commit import in_flight_at
+from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, level_of, role_kind,
+                   seed_of, timing, transitions_of)
 
 NAME = "lease_ownership"
 REQUIREMENTS = ["BE-JOB-006"]
 
 
-def pauses(history) -> list[tuple[dict, dict | None]]:
-    """(sigstop event, matching sigcont event or None) for worker pauses."""
+def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]:
+    """(sigstop event, matching sigcont event or None) for pauses of a consumer role."""
     out = []
-    stops = [e for e in history.of_type("fault") if e.get("action") == "sigstop" and role_kind(e.get("role")) == "worker"]
+    stops = [e for e in history.of_type("fault") if e.get("action") == "sigstop" and role_kind(e.get("role")) in consumers]
     conts = [e for e in history.of_type("fault") if e.get("action") == "sigcont"]
     for stop in stops:
         cont = next((c for c in conts if c.get("role") == stop.get("role") and c["seq"] > stop["seq"]), None)
@@ -27,7 +29,11 @@ def pauses(history) -> list[tuple[dict, dict | None]]:
 
 
 def check(history, final, run) -> Verdict:
-    lease = float(timings_of(run).get("lease_seconds", 30))
+    lease = timing(run, "lease_seconds")
+    paused = pauses(history, consumer_roles(run))
+    if paused and lease is None:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, "a consumer was paused, but the adapter declares no "
+                       "lease_seconds: cannot tell whether the pause outlasted the lease", seed=seed_of(run))
     ids = sorted(set((final or {}).get("attachments", {})))
     problems, proven = [], []
     # Fencing, over the whole run: once attempt n+1 has claimed, attempt n writes nothing more.
@@ -43,7 +49,7 @@ def check(history, final, run) -> Verdict:
                                          f"{newest} claimed", attachment_id=attachment_id, seq=t["seq"], at=t["at_text"]))
             newest = max(newest, a)
     exercised = False
-    for stop, cont in pauses(history):
+    for stop, cont in paused:
         paused_for = (cont["wall"] if cont else float("inf")) - stop["wall"]
         if paused_for <= lease:
             continue
@@ -55,9 +61,12 @@ def check(history, final, run) -> Verdict:
             exercised = True
             later = [t for t in trans if (t["seq"] or 0) > (flight["seq"] or 0)]
             done = next((t for t in later if t["to"] in TERMINAL_STATES), None)
+            # Recovered while it slept: the job left the paused owner (a lease recovery, or its end) before SIGCONT.
+            # The new owner may still be finishing a large image when the old one wakes; it is fenced either way.
+            left = next((t for t in later if t["at"] is not None), None)
             base = dict(attachment_id=attachment_id, events=[stop, cont], paused_seconds=round(paused_for, 2),
                         lease_seconds=lease, attempt=flight["attempt"])
-            if level_of(run) >= 4 and cont and (done is None or done["at"] is None or done["at"] > cont["wall"]):
+            if level_of(run) >= 4 and cont and (left is None or left["at"] > cont["wall"]):
                 problems.append(evidence("job of a worker paused past its lease was not recovered while it slept",
                                          **base))
             else:

@@ -9,9 +9,8 @@ client retry with the same Idempotency-Key that gets a 202 makes them accepted.
 
 from __future__ import annotations
 
-from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence,
+from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, expiry_code,
                    final_read_ok, level_of, seed_of)
-from .expiry import expiry_code
 
 NAME = "lost_accepted_work"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
@@ -22,6 +21,11 @@ def check(history, final, run) -> Verdict:
     if not final_read_ok(final):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", evidence=[
             evidence("final read failed", errors=(final or {}).get("errors"))], seed=seed_of(run))
+    if not accepted and run.get("workload"):
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"none of {len(run['workload'])} uploads was accepted: "
+                       "nothing to prove", evidence=[evidence("uploads refused", refused=[
+                           {k: e.get(k) for k in ("op", "status", "error")} for e in history.of_type("fail", "info")][:10])],
+                       seed=seed_of(run))
     promised = LEVEL_VARIANTS.get(level_of(run), LEVEL_VARIANTS[3])
     records = final.get("attachments", {})
     problems, unknowns = [], []

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from xml.etree import ElementTree as ET
 
+from ..checkers import counts
+
 
 def _suite(parent, scenario_result: dict) -> ET.Element:
     verdicts = scenario_result.get("verdicts") or []
     name = (scenario_result.get("scenario") or {}).get("name") or scenario_result.get("name")
+    declared = (scenario_result.get("scenario") or scenario_result).get("checks")
     failures = sum(v["status"] == "invalid" for v in verdicts)
-    errors = sum(v["status"] == "unknown" for v in verdicts) + (1 if scenario_result.get("error") else 0)
+    errors = sum(v["status"] == "unknown" and counts(v, declared) for v in verdicts) + \
+        (1 if scenario_result.get("error") else 0)
     suite = ET.SubElement(parent, "testsuite", name=str(name), tests=str(len(verdicts) + (1 if scenario_result.get("error") else 0)),
                           failures=str(failures), errors=str(errors),
                           time=f"{sum(v for v in (scenario_result.get('timings') or {}).values() if isinstance(v, (int, float))):.3f}")
@@ -25,8 +29,10 @@ def _suite(parent, scenario_result: dict) -> ET.Element:
         text = json.dumps(v.get("evidence", [])[:10], indent=1, default=str)
         if v["status"] == "invalid":
             ET.SubElement(case, "failure", message=v["summary"], type="invalid").text = text
-        elif v["status"] == "unknown":
+        elif v["status"] == "unknown" and counts(v, declared):
             ET.SubElement(case, "error", message=v["summary"], type="unknown").text = text
+        elif v["status"] == "unknown":
+            ET.SubElement(case, "skipped", message=f"not counted (the scenario does not rely on it): {v['summary']}")
         elif not v.get("exercised", True):
             ET.SubElement(case, "system-out").text = f"not exercised: {v['summary']}"
     return suite

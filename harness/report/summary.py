@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..checkers import counts
+
 REQUIREMENT_TITLES = {
     "BE-JOB-001": "ack after result",
     "BE-JOB-002": "idempotent redelivery (sequential, concurrent, restart between effect and ack)",
@@ -39,8 +41,10 @@ def scenario_md(r: dict) -> str:
     if hits:
         lines.append("- window hits: " + "; ".join(f"{h['role']} {','.join(h['windows'])} ({h['exactness']})" for h in hits))
     lines += ["", "| invariant | verdict | exercised | summary |", "|---|---|---|---|"]
+    declared = s.get("checks")
     for v in r["verdicts"]:
-        lines.append(f"| {v['invariant']} | {MARK[v['status']]} | {'yes' if v.get('exercised') else 'no'} | {v['summary']} |")
+        status = MARK[v["status"]] + ("" if counts(v, declared) else " (not counted: the scenario does not rely on it)")
+        lines.append(f"| {v['invariant']} | {status} | {'yes' if v.get('exercised') else 'no'} | {v['summary']} |")
     bad = [v for v in r["verdicts"] if v["status"] != "valid"]
     if bad:
         lines += ["", "## Evidence"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timezone
 
 from harness.history import History
@@ -29,6 +30,9 @@ class Builder:
                                     "staging_retention_seconds": 5, "sweep_interval_seconds": 1},
                         "roles": roles or {"api": 1, "relay": 1, "worker": 1, "sweeper": 1}},
         }
+        # What adapter.summary() records: the roles flagged consumer / recovers_work (defaults by name).
+        self.run["adapter"]["consumers"] = [r for r in self.run["adapter"]["roles"] if r == "worker"]
+        self.run["adapter"]["recovers_work"] = [r for r in self.run["adapter"]["roles"] if r == "sweeper"]
         self.final = {"read_ok": True, "attachments": self.attachments, "queues": {"work": {"ready": 0, "unacked": 0}},
                       "bucket_objects": [], "read_at": iso(T0 + 1000)}
 
@@ -74,9 +78,19 @@ class Builder:
         return History(tuple(self.events))
 
 
+def job_message(job_id=JOB, attachment_id=ATT, **overrides) -> dict:
+    body = {"schema_version": 1, "job_id": job_id, "attempt": 1, "attachment_id": attachment_id,
+            "pipeline_version": 1, "variants": ["thumbnail", "crop", "optimized"],
+            "created_at": "2026-11-29T12:00:00Z", "expires_at": "2026-11-30T12:00:00Z"}
+    body.update(overrides)
+    return body
+
+
 def happy(at=0.0, attachment_id=ATT, builder=None):
     b = builder or Builder()
-    b.upload(at, attachment_id)
+    job_id = JOB if attachment_id == ATT else str(uuid.uuid5(uuid.NAMESPACE_URL, attachment_id))
+    b.upload(at, attachment_id, job_id=job_id)
+    b.add(at + 0.15, "message", body=job_message(job_id, attachment_id), properties={})
     b.transitions(attachment_id, [(at + 0.1, None, "queued", 1, "api"), (at + 1, "queued", "processing", 1, "worker"),
                                   (at + 2, "processing", "ready", 1, "worker")])
     return b

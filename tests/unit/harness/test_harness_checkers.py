@@ -7,18 +7,13 @@ import pytest
 from harness.checkers import (CHECKERS, ack_after_commit, bounded_retries, duplicate_effects, lease_ownership, replay_audit,
                               lost_accepted_work, message_hygiene, run_checks, staging_safety, state_regression)
 from harness.checkers.base import INVALID, UNKNOWN, VALID
-from harness_histories import ATT, JOB, T0, Builder, happy, iso
+from harness_histories import ATT, JOB, T0, Builder, happy, iso, job_message
 from harness_histories import in_memory_dedup_history_for_recheck as in_memory_dedup_history
 
 ATT2 = "9b2f4e1a-0c3d-4e5f-8a7b-6c5d4e3f2a1b"
 
 
-def message(job_id=JOB, attachment_id=ATT, **overrides):
-    body = {"schema_version": 1, "job_id": job_id, "attempt": 1, "attachment_id": attachment_id,
-            "pipeline_version": 1, "variants": ["thumbnail", "crop", "optimized"],
-            "created_at": "2026-11-29T12:00:00Z", "expires_at": "2026-11-30T12:00:00Z"}
-    body.update(overrides)
-    return body
+message = job_message
 
 
 def test_happy_history_is_valid_for_every_checker():
@@ -223,9 +218,10 @@ def test_bounded_retries_catches_endless_redelivery_loop():
 # --- message hygiene --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body, fragment", [
-    (message(download_url="http://x/y"), "validate"),
+    (message(download_url="http://x/y"), "URL"),
     (message(tracestate="a=http://evil"), "validate"),
     (message(attempt=0), "validate"),
+    (message(source="staging/" + ATT), "storage object key"),
     ("not json", "not a JSON object"),
 ])
 def test_message_hygiene_rejects_bad_messages(body, fragment):
@@ -233,20 +229,56 @@ def test_message_hygiene_rejects_bad_messages(body, fragment):
     b.add(1, "message", body=body if isinstance(body, dict) else None, body_raw=body)
     verdict = message_hygiene.check(b.history(), b.final, b.run)
     assert verdict.status == INVALID
-    assert fragment in verdict.evidence[0]["message"]
+    assert any(fragment in e["message"] for e in verdict.evidence), verdict.evidence
 
 
-def test_message_hygiene_rejects_client_filename_and_job_id_reuse_and_message_id_mismatch():
+def test_message_hygiene_rejects_client_filename_and_job_id_reuse():
     b = happy()  # uploaded as holiday-0000abcd.png
     b.add(1, "message", body=message(tracestate="vendor=holiday-0000abcd"))
     assert "client filename" in message_hygiene.check(b.history(), b.final, b.run).evidence[0]["message"]
     b2 = happy()
     b2.add(1, "message", body=message())
     b2.add(2, "message", body=message(attachment_id=ATT2))
-    assert "reused" in message_hygiene.check(b2.history(), b2.final, b2.run).evidence[0]["message"]
-    b3 = happy()
-    b3.add(1, "message", body=message(), properties={"message_id": "other"})
-    assert message_hygiene.check(b3.history(), b3.final, b3.run).status == INVALID
+    assert any("reused" in e["message"] for e in message_hygiene.check(b2.history(), b2.final, b2.run).evidence)
+
+
+def test_message_hygiene_checks_headers_and_properties_too():
+    b = happy()
+    b.add(1, "message", body=message(), properties={"headers": {"x-source": "http://cdn.example/holiday.png"}})
+    verdict = message_hygiene.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "properties carries a URL" in verdict.evidence[0]["message"]
+    b2 = happy()  # the client filename in a header
+    b2.add(1, "message", body=message(), properties={"headers": {"x-name": "holiday-0000abcd"}})
+    assert message_hygiene.check(b2.history(), b2.final, b2.run).status == INVALID
+
+
+def test_message_hygiene_job_id_must_be_the_one_the_api_returned():
+    b = happy()
+    b.add(1, "message", body=message(job_id="7c9e6679-7425-40de-944b-e07fc1f90ae7"))
+    verdict = message_hygiene.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "differs from the job_id the API returned" in verdict.evidence[0]["message"]
+
+
+@pytest.mark.parametrize("properties", [
+    {"message_id": "a-fresh-id-per-publish"},  # message_id is free (DESIGN §4)
+    {"message_id": JOB, "headers": {"x-attempt": 1, "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}},
+    {},
+], ids=["message-id-not-job-id", "headers", "no-properties"])
+def test_message_hygiene_accepts_what_the_contract_leaves_free(properties):
+    b = happy()
+    b.add(1, "message", body=message(producer="go-relay", shard=3), properties=properties)  # extra fields: additive
+    verdict = message_hygiene.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised, verdict.evidence
+
+
+def test_message_hygiene_is_unknown_when_the_tap_saw_nothing():
+    b = Builder()
+    b.upload(0)
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (2, "processing", "ready", 1, "worker")])
+    b.add(0.01, "observe", source="tap", queue="harness.tap", firehose=False)
+    verdict = message_hygiene.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "observation failed" in verdict.summary
 
 
 # --- lease ownership --------------------------------------------------------------------------------------------
@@ -332,15 +364,16 @@ def test_ack_after_commit_peeks_without_the_job_prove_an_early_ack():
 
 # --- replay audit -----------------------------------------------------------------------------------------------
 
-def replayed(builder, unauth=401, status=202, actor="operator:api", end="failed"):
+def replayed(builder, unauth=401, status=202, actor="operator:api", end="failed", requeue_attempt=2, claim_attempt=2):
     builder.upload(0, kind="poison")
     builder.add(3, "invoke", op="r1", f="replay", attachment_id=ATT)
     builder.add(3.1, "ok" if status == 202 else "fail", op="r1", f="replay", attachment_id=ATT, status=status,
                 unauthenticated_status=unauth)
     steps = [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
-             (2, "processing", "failed", 1, "worker"), (3.05, "failed", "queued", 2, actor)]
+             (2, "processing", "failed", 1, "worker"), (3.05, "failed", "queued", requeue_attempt, actor)]
     if end != "queued":
-        steps += [(4, "queued", "processing", 2, "worker"), (5, "processing", end, 2, "worker")]
+        steps += [(4, "queued", "processing", claim_attempt, "worker"),
+                  (5, "processing", end, claim_attempt, "worker")]
     builder.transitions(ATT, steps, error_code="decode_failed")
     return builder
 
@@ -355,8 +388,8 @@ def test_replay_audit_valid_for_an_authenticated_audited_bounded_replay():
 @pytest.mark.parametrize("kwargs, fragment", [
     ({"unauth": 202}, "without a token"),
     ({"status": 409}, "not 202"),
-    ({"actor": "worker:x"}, "not the operator"),
     ({"end": "queued"}, "did not end terminal"),
+    ({"requeue_attempt": 1, "claim_attempt": 1}, "did not start a new attempt"),
 ])
 def test_replay_audit_rejects_contract_breaks(kwargs, fragment):
     b = replayed(Builder(), **kwargs)
@@ -377,3 +410,125 @@ def test_fault_coverage_is_unknown_when_a_scheduled_fault_never_happened():
     assert verdict.status == UNKNOWN and "after_commit_before_ack fired 0 times" in verdict.evidence[0]["message"]
     b.add(2, "fault", action="crash", phase="hit", role="worker", window="after_commit_before_ack")
     assert fault_coverage.check(b.history(), b.final, b.run).status == VALID
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"actor": "ops:7f3a"},  # any wording: the replay is known from the harness's own call
+    {"actor": "janitor", "requeue_attempt": 1, "claim_attempt": 2},  # attempt counted at claim (River)
+], ids=["own-wording", "attempt-at-claim"])
+def test_replay_audit_and_regression_accept_other_readings_of_the_contract(kwargs):
+    b = replayed(Builder(), **kwargs)
+    assert replay_audit.check(b.history(), b.final, b.run).status == VALID
+    assert state_regression.check(b.history(), b.final, b.run).status == VALID
+
+
+def test_state_regression_rejects_failed_to_queued_the_harness_never_asked_for():
+    b = Builder()
+    b.upload(0, kind="poison")
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                        (2, "processing", "failed", 1, "worker"), (3, "failed", "queued", 2, "operator:admin"),
+                        (4, "queued", "processing", 2, "worker"), (5, "processing", "failed", 2, "worker")],
+                  error_code="decode_failed")
+    verdict = state_regression.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "asked for 0 operator replays" in verdict.evidence[0]["message"]
+
+
+def test_state_regression_accepts_queued_to_failed_only_as_expiry():
+    b = Builder()
+    b.upload(0)
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (3, "queued", "failed", 1, "janitor")], error_code="expired")
+    assert state_regression.check(b.history(), b.final, b.run).status == VALID
+    b2 = Builder()
+    b2.upload(0)
+    b2.transitions(ATT, [(0.1, None, "queued", 1, "api"), (3, "queued", "failed", 1, "janitor")],
+                   error_code="decode_failed")
+    verdict = state_regression.check(b2.history(), b2.final, b2.run)
+    assert verdict.status == INVALID and "only allowed as expiry" in verdict.evidence[0]["message"]
+
+
+def test_consumer_and_recovering_roles_come_from_the_adapter_not_from_names():
+    """A pipeline whose consumer is called `render` and whose lease recovery lives in `janitor`."""
+    b = Builder(roles={"api": 1, "render": 1, "janitor": 1})
+    b.run["adapter"]["consumers"], b.run["adapter"]["recovers_work"] = ["render"], ["janitor"]
+    b.upload(0)
+    b.add(0.5, "phase", name="hold_start", roles=["janitor"])
+    b.add(1.5, "fault", action="crash", phase="hit", role="render", window="after_s3_write_before_commit")
+    for offset in (1, 7, 10):
+        b.add(1.5 + offset, "queue", queue="jobs", ready=0, unacked=0)
+    b.add(16, "phase", name="hold_end", roles=["janitor"])
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "render"),
+                        (17, "processing", "queued", 1, "janitor"), (18, "queued", "processing", 2, "render"),
+                        (19, "processing", "ready", 2, "render")])
+    assert ack_after_commit.check(b.history(), b.final, b.run).status == INVALID
+
+
+@pytest.mark.parametrize("checker, timing_name, setup", [
+    ("ack_after_commit", "lease_seconds", "crash"),
+    ("lease_ownership", "lease_seconds", "pause"),
+    ("bounded_retries", "max_attempts", None),
+    ("staging_safety", "staging_retention_seconds", "orphan"),
+])
+def test_a_missing_timing_makes_the_dependent_check_unknown_never_valid(checker, timing_name, setup):
+    b = happy()
+    del b.run["adapter"]["timings"][timing_name]
+    if setup == "crash":
+        crash_with_sweeper_held(b, crash_at=1.5, hold_end=16)
+    elif setup == "pause":
+        b.add(1.2, "fault", action="sigstop", phase="start", role="worker")
+        b.add(11, "fault", action="sigcont", phase="end", role="worker")
+    elif setup == "orphan":
+        b.final["bucket_objects"] = [{"key": "staging/" + ATT, "last_modified": iso(T0)},
+                                     {"key": "staging/orphan", "last_modified": iso(T0)}]
+    verdict = CHECKERS[checker].check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and timing_name in verdict.summary, verdict.summary
+
+
+def test_without_the_events_capability_transition_checks_are_unknown_never_valid():
+    b = replayed(Builder())
+    b.run["adapter"]["capabilities"] = {"events": False, "replay": True}
+    for attachment in b.attachments.values():  # nothing was read from /events
+        attachment["events"] = []
+    b.events = [e for e in b.events if e["type"] != "transition"]
+    assert state_regression.check(b.history(), b.final, b.run).status == UNKNOWN
+    assert replay_audit.check(b.history(), b.final, b.run).status == UNKNOWN
+
+
+# --- role stability ---------------------------------------------------------------------------------------------
+
+def test_role_stability_flags_a_role_that_dies_on_its_own_with_its_exit_code_and_log():
+    from harness.checkers import role_stability
+
+    b = happy()
+    b.add(3, "role", action="exit", role="worker", returncode=1, expected=False, armed=None,
+          log_tail="Traceback ...\nKeyError: 'job'")
+    verdict = role_stability.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    assert verdict.evidence[0]["returncode"] == 1 and "KeyError" in verdict.evidence[0]["log_tail"]
+
+
+def test_role_stability_tolerates_exits_the_harness_caused_or_during_a_fault():
+    from harness.checkers import role_stability
+
+    b = happy()
+    b.add(2, "role", action="exit", role="worker", returncode=-9, expected=True, armed=None)  # SIGKILL by the nemesis
+    b.add(2.5, "role", action="exit", role="relay", returncode=137, expected=False,
+          armed={"after_commit_before_publish": "1*crash"})  # a failpoint firing
+    b.add(4, "fault", action="restart_service", phase="start", service="rabbitmq")
+    b.add(6, "fault", action="restart_service", phase="end", service="rabbitmq")
+    b.add(9, "role", action="exit", role="api", returncode=1, expected=False, armed=None)  # gave up on the broker
+    verdict = role_stability.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and "1 exits during faults" in verdict.summary
+    b.add(60, "role", action="exit", role="api", returncode=1, expected=False, armed=None)  # long after
+    assert role_stability.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_an_unknown_counts_only_where_the_scenario_relies_on_it_or_observation_failed():
+    from harness.checkers import counts
+
+    unknown = lambda name: {"invariant": name, "status": UNKNOWN}
+    assert counts(unknown("bounded_concurrency"), ["bounded_concurrency"])
+    assert not counts(unknown("bounded_concurrency"), ["batch_independence"])  # incidental: proves nothing
+    assert counts(unknown("bounded_concurrency"), None)  # a scenario that declares nothing relies on everything
+    for always in ("message_hygiene", "fault_coverage", "lost_accepted_work"):  # observation itself failed
+        assert counts(unknown(always), ["duplicate_effects"])
+    assert counts({"invariant": "bounded_concurrency", "status": INVALID}, ["duplicate_effects"])

@@ -34,7 +34,7 @@ def test_reference_adapter_is_valid_and_resolves_by_name():
     (lambda r: r.__setitem__("level", 2), "level"),
     (lambda r: r.__setitem__("adapter_version", 2), "adapter_version"),
     (lambda r: r["roles"]["api"].__setitem__("command", []), "roles/api/command"),
-    (lambda r: r["broker"].pop("exchange"), "'exchange' is a required property"),
+    (lambda r: r["broker"].pop("work_queue"), "'work_queue' is a required property"),
     (lambda r: r.__setitem__("colour", "blue"), "Additional properties"),
     (lambda r: r["timings"].__setitem__("lease_seconds", 0), "timings/lease_seconds"),
 ])
@@ -102,9 +102,13 @@ class FakeAdapter:
     def __init__(self, caps, timings_env=None):
         self.caps = caps
         self.timings_env = timings_env or {}
+        self.timings = {"lease_seconds": 4}
 
     def has(self, c):
         return c in self.caps
+
+    def window_role(self, window):
+        return "api" if window == "after_staging_before_record" else "worker"
 
 
 def test_grade_selection_uses_failpoints_when_available_and_timed_kills_otherwise():
@@ -159,3 +163,42 @@ def test_scenario_timings_need_an_adapter_variable_and_reach_the_roles_env():
     with pytest.raises(AdapterError, match="lease_seconds"):
         reference.timing_overrides({"lease_seconds": 1})
     assert reference.summary()["limits"] == {"prefetch": 2} and reference.summary()["consumers"] == ["worker"]
+
+
+def relay_in_api_adapter(tmp_path, **role_flags):
+    """An outside implementation's layout: no relay role, consumer and recovery under their own names."""
+    import tomli_w
+
+    raw = {"adapter_version": 1, "name": "outside", "level": 4,
+           "roles": {"api": {"command": ["x"]}, "worker": {"command": ["x"], "consumer": False},
+                     "render": {"command": ["x"], "consumer": True},
+                     "janitor": {"command": ["x"], "recovers_work": True}},
+           "broker": {"work_queue": "jobs"},
+           "failpoints": {"after_commit_before_publish": "api", "after_publish_before_confirm": "api"}}
+    path = tmp_path / "adapter.toml"
+    path.write_text(tomli_w.dumps(raw))
+    return adapter_mod.load(path)
+
+
+def test_role_groups_and_window_roles_come_from_the_adapter(tmp_path):
+    outside = relay_in_api_adapter(tmp_path)
+    assert outside.expand_roles(["@consumers"]) == ["render"]
+    assert outside.expand_roles(["@recovers_work", "api"]) == ["janitor", "api"]
+    assert outside.expand_roles(["@window"], ["after_commit_before_publish"]) == ["api"]
+    assert outside.window_role("after_s3_write_before_commit") == "worker"  # the usual layout where the role exists
+    summary = outside.summary()
+    assert summary["consumers"] == ["render"] and summary["recovers_work"] == ["janitor"]
+    assert summary["failpoints"]["after_publish_before_confirm"] == "api" and "relay" not in summary["failpoints"].values()
+    # The timed-kill fallback of a relay window targets the API; nothing in the catalogue asks for a relay role.
+    chosen, skipped = scenarios.for_grade(scenarios.catalogue(), outside, 4)
+    assert "window-commit-publish-sigkill" in {s.name for s in chosen}
+    assert not [why for _, why in skipped if "maps no existing role" in why]
+
+
+def test_a_window_whose_role_does_not_exist_is_skipped_with_the_reason(tmp_path):
+    outside = relay_in_api_adapter(tmp_path)
+    raw = dict(outside.raw, failpoints={})
+    lacking = adapter_mod.Adapter(path=outside.path, raw=raw)  # no relay role and no mapping for the relay windows
+    chosen, skipped = scenarios.for_grade(scenarios.catalogue(), lacking, 4)
+    assert "window-commit-publish-sigkill" not in {s.name for s in chosen}
+    assert any(s.name == "window-commit-publish-sigkill" and "maps no existing role" in why for s, why in skipped)

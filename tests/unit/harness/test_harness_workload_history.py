@@ -1,9 +1,10 @@
 """Determinism of workload and fault schedule; history round trip."""
-
 from __future__ import annotations
 
 import io
 import json
+
+import pytest
 
 from PIL import Image
 
@@ -38,7 +39,9 @@ def test_corpus_has_every_format_good_images_decode_and_bad_ones_do_not():
 def test_same_seed_same_fault_schedule():
     for scenario in catalogue():
         faults = scenario.raw["faults"]
-        assert schedule_fingerprint(resolve_schedule(faults, 5)) == schedule_fingerprint(resolve_schedule(faults, 5))
+        timings = {"lease_seconds": 4}
+        assert schedule_fingerprint(resolve_schedule(faults, 5, timings)) == \
+            schedule_fingerprint(resolve_schedule(faults, 5, timings))
     faults = [{"action": "sigkill", "role": "worker", "at": 1.0, "jitter": 2.0, "delay": [0.0, 1.0], "count": 3}]
     assert resolve_schedule(faults, 1) != resolve_schedule(faults, 2)
     step = resolve_schedule(faults, 1)[0]
@@ -105,3 +108,13 @@ def test_uploader_records_unknown_outcome_then_retries_with_the_same_key(tmp_pat
     with HistoryWriter(tmp_path / "h2.jsonl") as h:
         assert workload.Uploader(client, h, retry_delay=0).upload(op) is None
     assert History.load(tmp_path / "h2.jsonl").events[-1]["error_code"] == "unsupported_media_type"
+
+
+def test_fault_durations_scale_with_the_implementations_own_timings():
+    faults = [{"action": "sigstop", "duration": {"of": "lease_seconds", "times": 2.25}, "hold_seconds": 1}]
+    assert resolve_schedule(faults, 1, {"lease_seconds": 4})[0]["duration"] == 9.0
+    assert resolve_schedule(faults, 1, {"lease_seconds": 30})[0]["duration"] == 67.5  # a production-shaped lease
+    assert resolve_schedule([{"action": "hold", "hold_seconds": {"of": "lease_seconds", "plus": 1}}], 1,
+                            {"lease_seconds": 4})[0]["hold_seconds"] == 5.0
+    with pytest.raises(KeyError, match="declares no lease_seconds"):
+        resolve_schedule(faults, 1, {})

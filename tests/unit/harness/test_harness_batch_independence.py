@@ -1,0 +1,227 @@
+"""batch_independence (BE-JOB-007) over hand-made histories: several deliveries in flight on one consumer, a
+failure among them (a poison item, a consumer crash), and what must become of the others."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from PIL import Image
+
+from harness import workload
+from harness.checkers import CHECKERS, batch_independence
+from harness.checkers.base import INVALID, UNKNOWN, VALID
+from harness_histories import Builder
+
+POISON = "aaaaaaaa-0000-4000-8000-000000000001"
+GOOD1 = "aaaaaaaa-0000-4000-8000-000000000002"
+GOOD2 = "aaaaaaaa-0000-4000-8000-000000000003"
+GOOD3 = "aaaaaaaa-0000-4000-8000-000000000004"
+BATCH = {"name": "batch-poison-positions", "checks": ["batch_independence"], "requirements": ["BE-JOB-007"]}
+# The consumer role is deliberately not called "worker": the checker reads the adapter's consumer flags.
+ROLES = {"api": 1, "jobs": 1, "janitor": 1}
+
+
+def backlog(unacked=2, sample_from=5.1, sample_to=6.6, scenario=BATCH, consumers=1):
+    """Consumers released at 5 s with a backlog; sampled every 0.15 s between ``sample_from`` and ``sample_to``."""
+    b = Builder(scenario=scenario, roles=ROLES)
+    b.run["adapter"]["consumers"] = ["jobs"]
+    b.run["adapter"]["limits"] = {"prefetch": 2}
+    b.upload(1.0, POISON, job_id="j-p", kind="poison", op="u0000")
+    b.upload(1.1, GOOD1, job_id="j-1", op="u0001")
+    b.upload(1.2, GOOD2, job_id="j-2", op="u0002")
+    b.add(5.0, "phase", name="consumer_sampling_start", queue="work", fault=0)
+    tick, at = 0, sample_from
+    while at <= sample_to:
+        tick += 1
+        for n in range(1, consumers + 1):
+            b.add(at, "consumer", queue="work", tick=tick, consumers=consumers, consumer_tag=f"amq.ctag-{n}",
+                  channel=f"127.0.0.1:5{n} -> 127.0.0.1:5672 (1)", prefetch=2, unacked=unacked)
+        at = round(at + 0.15, 3)
+    return b
+
+
+def poison_first(b, poison_end="failed", good1_end="ready", good1_error=None):
+    """The poison leads the batch: claimed at 5.2 with GOOD1 (5.25); it fails at 5.6; GOOD2 is delivered next."""
+    b.transitions(POISON, [(1.05, None, "queued", 1, "api"), (5.2, "queued", "processing", 1, "w"),
+                           (5.6, "processing", poison_end, 1, "w")],
+                  error_code="decode_failed" if poison_end == "failed" else None)
+    b.transitions(GOOD1, [(1.15, None, "queued", 1, "api"), (5.25, "queued", "processing", 1, "w"),
+                          (5.9, "processing", good1_end, 1, "w")], error_code=good1_error)
+    b.transitions(GOOD2, [(1.25, None, "queued", 1, "api"), (5.7, "queued", "processing", 1, "w"),
+                          (6.3, "processing", "ready", 1, "w")])
+    return b
+
+
+def check(b):
+    return batch_independence.check(b.history(), b.final, b.run)
+
+
+def test_registered_with_its_requirement():
+    assert CHECKERS["batch_independence"] is batch_independence
+    assert batch_independence.NAME == "batch_independence" and batch_independence.REQUIREMENTS == ("BE-JOB-007",)
+
+
+def test_valid_when_a_poison_fails_inside_a_batch_and_its_neighbours_finish_once():
+    verdict = check(poison_first(backlog()))
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert verdict.requirements == ["BE-JOB-007"] and verdict.seed == 42
+    batch = verdict.evidence[0]
+    assert batch["failure"] == "poison" and batch["attachment_id"] == POISON
+    # GOOD2 was delivered after the poison had failed: not part of its batch.
+    assert set(batch["batch"]) == {POISON, GOOD1} and batch["consumer_tag"] == "amq.ctag-1"
+    assert batch["outcomes"] == {POISON: "failed", GOOD1: "ready"}
+    assert batch["lines"] and batch["sample_line"]
+
+
+def test_invalid_when_a_neighbour_shares_the_failing_items_outcome():
+    verdict = check(poison_first(backlog(), good1_end="failed", good1_error="decode_failed"))
+    assert verdict.status == INVALID and verdict.seed == 42
+    lost = [e for e in verdict.evidence if "lost" in e["message"]]
+    assert [e["attachment_id"] for e in lost] == [GOOD1]
+    assert "poison u0000" in lost[0]["message"] and lost[0]["job_id"] == "j-1" and lost[0]["lines"]
+    assert lost[0]["t"] is not None and lost[0]["wall"] is not None
+
+
+def test_invalid_when_the_failing_item_is_reported_ready():
+    verdict = check(poison_first(backlog(), poison_end="ready"))
+    assert verdict.status == INVALID
+    [item] = [e for e in verdict.evidence if "reported successful" in e["message"]]
+    assert item["attachment_id"] == POISON and item["final_state"] == "ready" and item["lines"]
+
+
+def crash_batch(b, peeked=(GOOD2, GOOD3), reexecute=False):
+    """GOOD1 commits at 5.9 while GOOD2 (since 5.7) and GOOD3 (since 5.95) are in flight; the consumer is
+    SIGKILLed at 6.0 with lease recovery held; the work queue is looked into at 6.5 and 7.1; restart at 8."""
+    b.upload(1.3, GOOD3, job_id="j-3", op="u0003")
+    b.transitions(POISON, [(1.05, None, "queued", 1, "api"), (5.2, "queued", "processing", 1, "w"),
+                           (5.4, "processing", "failed", 1, "w")], error_code="decode_failed")
+    first = [(1.15, None, "queued", 1, "api"), (5.25, "queued", "processing", 1, "w"),
+             (5.9, "processing", "ready", 1, "w")]
+    if reexecute:  # the redelivered batch runs the committed item again
+        first += [(8.5, "ready", "processing", 1, "w"), (8.9, "processing", "ready", 1, "w")]
+    b.transitions(GOOD1, first)
+    b.transitions(GOOD2, [(1.25, None, "queued", 1, "api"), (5.7, "queued", "processing", 1, "w"),
+                          (10.0, "processing", "queued", 2, "janitor"), (10.5, "queued", "processing", 2, "w"),
+                          (11.0, "processing", "ready", 2, "w")])
+    b.transitions(GOOD3, [(1.35, None, "queued", 1, "api"), (5.95, "queued", "processing", 1, "w"),
+                          (10.0, "processing", "queued", 2, "janitor"), (10.6, "queued", "processing", 2, "w"),
+                          (11.2, "processing", "ready", 2, "w")])
+    b.add(5.95, "phase", name="hold_start", roles=["janitor"], instances=["janitor"], fault=1)
+    b.add(6.0, "fault", action="sigkill", phase="start", role="jobs", pid=1234, trigger="batch", delay=0.0)
+    for at in (6.5, 7.1):
+        b.add(at, "queue", kind="peek", queue="work", ready=len(peeked),
+              messages=[{"job_id": f"j-{a[-1]}", "attachment_id": a, "attempt": 1, "redelivered": True}
+                        for a in peeked])
+    b.add(8.0, "role", role="jobs", action="start", pid=1235)
+    return b
+
+
+def test_valid_when_a_crashed_consumers_unfinished_deliveries_come_back():
+    verdict = check(crash_batch(backlog(sample_from=5.1, sample_to=6.0)))
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    crash = next(e for e in verdict.evidence if e.get("failure") == "crash")
+    assert set(crash["batch"]) == {GOOD1, GOOD2, GOOD3} and "1 committed before it" in crash["message"]
+
+
+def test_invalid_when_a_delivery_in_flight_was_settled_with_the_batch():
+    verdict = check(crash_batch(backlog(sample_from=5.1, sample_to=6.0), peeked=(GOOD3,)))
+    assert verdict.status == INVALID, verdict.summary
+    [item] = [e for e in verdict.evidence if "settled with the batch" in e["message"]]
+    assert item["attachment_id"] == GOOD2 and item["committed_meanwhile"] == [GOOD1]
+    assert item["peeked"][0]["attachments"] == [GOOD3] and item["lines"]
+    # Had the consumer been (re)started after GOOD2 was claimed, that claim's delivery went with its earlier life.
+    restarted = crash_batch(backlog(sample_from=5.1, sample_to=6.0), peeked=(GOOD3,))
+    restarted.add(5.8, "role", role="jobs", action="start", pid=1233)
+    assert check(restarted).status == VALID
+
+
+def test_invalid_when_a_committed_item_is_re_executed_after_the_crash():
+    verdict = check(crash_batch(backlog(sample_from=5.1, sample_to=6.0), reexecute=True))
+    assert verdict.status == INVALID
+    items = [e for e in verdict.evidence if "re-executed" in e["message"]]
+    assert items and {e["attachment_id"] for e in items} == {GOOD1}
+    assert any("ready reached 2 times" in e["message"] for e in items)
+
+
+def test_a_crash_of_a_role_that_is_no_consumer_is_no_batch_failure():
+    b = crash_batch(backlog(sample_from=5.1, sample_to=6.0), peeked=(GOOD3,))
+    b.run["adapter"]["consumers"] = ["api"]  # the adapter says the SIGKILLed role consumes nothing
+    verdict = check(b)
+    assert not any("settled with the batch" in e["message"] for e in verdict.evidence)
+
+
+def test_unknown_when_no_sample_showed_two_deliveries_on_one_consumer():
+    verdict = check(poison_first(backlog(unacked=1)))
+    assert verdict.status == UNKNOWN and "no consumer sample ever showed 2" in verdict.summary
+    assert verdict.evidence[0]["max_unacked"] == 1
+    unsampled = Builder(scenario=BATCH, roles=ROLES)
+    verdict = check(poison_first(unsampled))
+    assert verdict.status == UNKNOWN and "no consumer was sampled" in verdict.summary
+
+
+def test_unknown_when_no_failure_happened_while_deliveries_were_in_flight():
+    b = backlog()
+    for attachment_id, start in ((GOOD1, 5.2), (GOOD2, 5.25)):
+        b.transitions(attachment_id, [(1.1, None, "queued", 1, "api"), (start, "queued", "processing", 1, "w"),
+                                      (start + 0.5, "processing", "ready", 1, "w")])
+    verdict = check(b)
+    assert verdict.status == UNKNOWN and "no failure happened at all" in verdict.summary
+    # Two consumers, and the samples holding two deliveries came long after the poison failed: which of its
+    # neighbours shared its consumer cannot be told.
+    late = poison_first(backlog(sample_from=12.0, sample_to=12.6, consumers=2))
+    verdict = check(late)
+    assert verdict.status == UNKNOWN and "several consumers were sampled" in verdict.summary
+
+
+def test_one_consumer_proves_a_batch_whose_samples_came_late():
+    # The broker's statistics lag by seconds: the first item of a backlog fails before the consumer is even
+    # listed. With one consumer, the neighbours processed together with it were on it.
+    verdict = check(poison_first(backlog(sample_from=9.0, sample_to=9.6)))
+    assert verdict.status == VALID and verdict.exercised
+    assert set(verdict.evidence[0]["batch"]) == {POISON, GOOD1}
+
+
+def test_other_scenarios_are_not_exercised_rather_than_unknown():
+    b = poison_first(backlog(unacked=1, scenario={"name": "prefetch-under-backlog", "checks": ["bounded_concurrency"],
+                                                 "requirements": ["BE-JOB-004"]}))
+    verdict = check(b)
+    assert verdict.status == VALID and not verdict.exercised
+
+
+def test_a_crash_proves_its_batch_by_what_the_broker_returned():
+    # No consumer sample at all (the broker's statistics came too late): the first look into the work queue while
+    # the consumer was down found two deliveries the broker had returned from it.
+    b = crash_batch(Builder(scenario=BATCH, roles=ROLES))
+    b.run["adapter"]["consumers"] = ["jobs"]
+    b.upload(1.0, POISON, job_id="j-p", kind="poison", op="u0000")
+    b.upload(1.1, GOOD1, job_id="j-1", op="u0001")
+    b.upload(1.2, GOOD2, job_id="j-2", op="u0002")
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    crash = next(e for e in verdict.evidence if e.get("failure") == "crash")
+    assert crash["proven_by"] == "returned" and set(crash["returned"]) == {GOOD2, GOOD3}
+    assert "returned 2 of its deliveries" in crash["message"]
+    # One returned delivery proves no batch, and the unproven crash is named in the reason.
+    lone = crash_batch(Builder(scenario=BATCH, roles=ROLES), peeked=(GOOD3,))
+    lone.run["adapter"]["consumers"] = ["jobs"]
+    for attachment_id, job, op, kind in ((POISON, "j-p", "u0000", "poison"), (GOOD1, "j-1", "u0001", "good"),
+                                         (GOOD2, "j-2", "u0002", "good")):
+        lone.upload(1.0, attachment_id, job_id=job, kind=kind, op=op)
+    verdict = check(lone)
+    assert verdict.status == UNKNOWN and "no consumer crash returned 2 or more at once (at most 1)" in verdict.summary
+
+
+def test_the_workload_pins_poison_items_to_the_first_middle_and_last_upload():
+    ops = workload.plan(7, 17, 0, 3, 1000, poison_at=["first", "middle", "last"], min_side=500)
+    assert [i for i, op in enumerate(ops) if op.kind == "poison"] == [0, 10, 19] and len(ops) == 20
+    assert workload.fingerprint(ops) == workload.fingerprint(
+        workload.plan(7, 17, 0, 3, 1000, poison_at=["first", "middle", "last"], min_side=500))
+    for op in ops:
+        if op.kind == "good":
+            assert min(Image.open(io.BytesIO(op.data)).size) >= 500
+    # Without the new knobs a plan is the one it always was (same seed, same bytes).
+    assert workload.fingerprint(workload.plan(7, 17, 0, 3, 1000)) == \
+        workload.fingerprint(workload.plan(7, 17, 0, 3, 1000, poison_at=(), min_side=16))
+    with pytest.raises(ValueError):
+        workload.plan(7, 5, 0, 1, poison_at=["first", "last"])
