@@ -1,4 +1,4 @@
-"""Access to the JSON schemas kept in the repository's schemas/ folder."""
+"""Access to the JSON schemas: the repository's schemas/ folder, shipped in the wheel as package data (paths.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,19 @@ from pathlib import Path
 
 from jsonschema import Draft202012Validator
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS_DIR = REPO_ROOT / "schemas"
+from .paths import checkout_root, data_dir
+
+# The repository the harness runs from, or None when it runs from an installed wheel (see paths.py).
+REPO_ROOT: Path | None = checkout_root()
+
+
+def schemas_dir() -> Path:
+    return data_dir("schemas")
 
 
 @lru_cache(maxsize=None)
 def validator(name: str) -> Draft202012Validator:
-    schema = json.loads((SCHEMAS_DIR / name).read_text(encoding="utf-8"))
+    schema = json.loads((schemas_dir() / name).read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 

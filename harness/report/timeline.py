@@ -9,18 +9,18 @@ Hovering any mark shows its history line.
 from __future__ import annotations
 
 import html
-from pathlib import Path
 
 from ..checkers.base import parse_time
+from ..paths import data_dir
 
 COLOURS = {"queued": "#f0c24b", "processing": "#4b8bf0", "ready": "#3bb273", "failed": "#d64545", None: "#ccc"}
 BADGE = {"valid": "#3bb273", "invalid": "#d64545"}
 WIDTH, LEFT, ROW = 1100, 210, 22
-STYLESHEET = Path(__file__).resolve().parents[2] / "reports" / "templates" / "timeline.css"
 
 
 def _stylesheet() -> str:
-    return STYLESHEET.read_text()
+    # reports/templates/timeline.css in a checkout, package data in a wheel (paths.py).
+    return (data_dir("templates") / "timeline.css").read_text()
 
 
 def _esc(value) -> str:
