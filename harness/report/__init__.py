@@ -1,4 +1,5 @@
-"""Reports of a run folder: results.json (validated), junit.xml, summary.md, timeline.html."""
+"""Reports of a run folder: results.json (validated), junit.xml, summary.md, timeline.html; a grade folder
+also gets index.html (checklist, per-scenario timelines and plots)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 from ..history import History
 from ..schemas import errors
-from . import junit, summary, timeline
+from . import html, junit, summary, timeline
 
 
 class ReportError(ValueError):
@@ -38,3 +39,4 @@ def write_grade_reports(grade_dir: Path, results: dict) -> None:
     (grade_dir / "junit.xml").write_text(junit.render(results))
     (grade_dir / "summary.md").write_text(summary.grade_md(results))
     (grade_dir / "timeline.html").write_text(timeline.grade_index(results))
+    (grade_dir / "index.html").write_text(html.grade_page(grade_dir, results))  # checklist, timelines, plots

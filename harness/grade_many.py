@@ -1,0 +1,549 @@
+"""`harness grade-many`: grade a class of submissions, one after another, on ONE shared stack; one table for all.
+
+Each argument is an adapter file, a folder holding ``adapter.toml`` (one submission), or a folder of submissions
+(every sub-folder holding an ``adapter.toml`` is one, in name order). Every submission is checked first with the
+logic of ``harness adapter check`` — one with problems is a row ``invalid adapter`` with the first problems as its
+reason, and nothing is started for it. The others are graded by ``grade()`` on the shared stack (each scenario on a
+fresh tenant) with the same base seed, each within a time limit:
+
+- a grade that ends is a row with its verdict and each requirement's status (BE-JOB-001 … 007);
+- a submission whose first scenario cannot start it (setup fails, the API never healthy) is a row
+  ``did not start`` with the run error and the last line of its log; its other scenarios are not tried;
+- a submission past its time limit is stopped — the grade is interrupted (its own teardown stops its roles), then
+  every role process still running is killed by PID (its process group), as is any other process the grade
+  started (a setup command) — and its row says ``timeout``; the scenarios that finished keep their report;
+- anything else that goes wrong is a row ``error`` with the exception: never a crash of the whole run.
+
+The table is rewritten after every submission (``table.md``, ``table.csv``, ``index.html`` and ``results.json``
+in ``<reports>/grade-many-<stamp>-L<level>-s<seed>/``), next to one folder per submission holding its grade.
+Exit code: 0 when every submission is valid, 1 if any is invalid, 2 otherwise (unknown, not graded).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import adapter as adapter_mod
+from . import scenarios as catalogue_mod
+from .report import table
+from .runner import REPORTS_DIR
+
+DEFAULT_TIMEOUT = 1800.0
+GRACEFUL_STOP_SECONDS = 20.0  # for the interrupted grade's own teardown, before roles are killed by PID
+SETTLE_SECONDS = 60.0  # for the interrupted grade's fault threads (a service restart, a hold) to end
+SERVICES = ("postgres", "rabbitmq", "s3", "toxiproxy")
+
+
+class SubmissionTimeout(BaseException):
+    """Raised inside a grade's thread when its submission is past its time limit (never caught as an Exception)."""
+
+
+class DidNotStart(BaseException):
+    """Raised inside a grade's thread when a scenario could not even start the submission."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Submission:
+    name: str
+    adapter: Path | None  # the adapter file; None when the argument names none
+    given: str
+    problem: str | None = None
+
+    @property
+    def shown_path(self) -> str:
+        path = self.adapter or Path(self.given)
+        try:
+            return str(path.resolve().relative_to(Path.cwd()))
+        except ValueError:
+            return str(path)
+
+
+# --- which submissions ----------------------------------------------------------------------------------------------
+
+def discover(arguments: list[str]) -> list[Submission]:
+    """The submissions named by the arguments, in order; names made unique (``name-2``)."""
+    found: list[Submission] = []
+    for given in arguments:
+        path = Path(given)
+        if path.is_file():
+            found.append(Submission(path.parent.name if path.name == "adapter.toml" else path.stem, path, given))
+        elif path.is_dir() and (path / "adapter.toml").is_file():
+            found.append(Submission(path.resolve().name, path / "adapter.toml", given))
+        elif path.is_dir():
+            subs = sorted(p for p in path.iterdir() if p.is_dir() and (p / "adapter.toml").is_file())
+            if not subs:
+                found.append(Submission(path.resolve().name, None, given,
+                                        f"no adapter.toml in {given} nor in any of its sub-folders"))
+            found += [Submission(p.name, p / "adapter.toml", str(p)) for p in subs]
+        else:
+            try:  # a name such as `reference` (from a checkout)
+                resolved = adapter_mod.resolve_path(given)
+                found.append(Submission(resolved.parent.name, resolved, given))
+            except adapter_mod.AdapterError as exc:
+                found.append(Submission(path.name or given, None, given, str(exc)))
+    seen: dict[str, int] = {}
+    for s in found:
+        seen[s.name] = seen.get(s.name, 0) + 1
+        if seen[s.name] > 1:
+            s.name = f"{s.name}-{seen[s.name]}"
+    return found
+
+
+# --- processes: ours, by PID ------------------------------------------------------------------------------------------
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first), None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _ticks_now() -> int:
+    """Now, in the clock ticks since boot that /proc/<pid>/stat's start time uses."""
+    with open("/proc/uptime", encoding="ascii") as f:
+        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def our_children(since_ticks: int | None = None, exclude: set[int] = frozenset()) -> dict[int, list[str]]:
+    """This process's direct children (started at or after ``since_ticks``), minus ``exclude``: pid -> stat."""
+    me = os.getpid()
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        fields = _stat(int(entry))
+        if not fields or fields[0] == "Z":
+            continue
+        try:
+            ppid, start = int(fields[1]), int(fields[19])
+        except (IndexError, ValueError):
+            continue
+        if ppid == me and (since_ticks is None or start >= since_ticks):
+            out[int(entry)] = fields
+    return out
+
+
+def roles_running(folder: Path) -> dict[str, int]:
+    """Role instances the histories under ``folder`` show started and not exited: instance -> pid."""
+    running: dict[str, int] = {}
+    for history in sorted(folder.glob("grade-*/*/history.jsonl")):
+        try:
+            lines = history.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for raw in lines:
+            if '"role"' not in raw:
+                continue
+            try:
+                e = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if e.get("type") != "role" or not isinstance(e.get("pid"), int):
+                continue
+            key = f"{history.parent.name}/{e.get('role')}"
+            if e.get("action") == "start":
+                running[key] = e["pid"]
+            elif e.get("action") == "exit" and running.get(key) == e["pid"]:
+                running.pop(key)
+    return running
+
+
+def kill_ours(pids: dict[int, str], say) -> list[str]:
+    """SIGKILL each pid's process group (each role and setup command leads its own), but only for a pid that is
+    still this process's child: a number that was reused by someone else is never signalled."""
+    mine = our_children()
+    done = []
+    for pid, what in pids.items():
+        fields = mine.get(pid)
+        if fields is None:
+            continue
+        try:
+            pgid = int(fields[2])
+            if pgid == pid:
+                os.killpg(pid, signal.SIGKILL)
+            else:
+                os.kill(pid, signal.SIGKILL)
+            done.append(f"{what} pid {pid}")
+        except (ProcessLookupError, PermissionError, ValueError):
+            continue
+    if done:
+        say(f"    killed by PID: {', '.join(done)}")
+    return done
+
+
+def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> bool:
+    """Raise ``exc_type`` asynchronously in ``thread`` (at its next Python instruction)."""
+    if thread.ident is None or not thread.is_alive():
+        return False
+    set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
+    changed = set_async(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
+    if changed > 1:  # never happens for a live thread id; undo rather than hit several threads
+        set_async(ctypes.c_ulong(thread.ident), None)
+        return False
+    return changed == 1
+
+
+# --- one submission ---------------------------------------------------------------------------------------------------
+
+def plan(adapter, level: int, only: list[str] | None):
+    """What ``grade()`` runs for this adapter (same rules): chosen scenarios, skipped (with reasons), required."""
+    from .grade import required_at
+
+    everything = catalogue_mod.catalogue()
+    required = required_at(level, everything)
+    chosen, skipped_pairs = catalogue_mod.for_grade(everything, adapter, level)
+    if only:
+        chosen = [s for s in chosen if s.name in only]
+        required = required_at(level, [s for s in everything if s.name in only])
+    skipped = [{"name": s.name, "reason": why, "level": s.level, "requirements": s.raw["requirements"]}
+               for s, why in skipped_pairs]
+    return chosen, skipped, required
+
+
+def partial_grade(folder: Path, adapter, level: int, seed: int, only: list[str] | None, why: str,
+                  seconds: float) -> tuple[dict, Path] | None:
+    """The grade reports of an interrupted grade, from the scenarios that finished; the others listed as not run
+    with ``why``. None when the grade never created its folder."""
+    from .grade import aggregate, scenario_entry
+    from .report import write_grade_reports
+
+    grades = sorted(p for p in folder.glob("grade-*") if p.is_dir())
+    if not grades:
+        return None
+    grade_dir = grades[-1]
+    chosen, skipped, required = plan(adapter, level, only)
+    entries = []
+    for scenario in chosen:
+        stored = grade_dir / scenario.name / "results.json"
+        if stored.is_file():
+            result = json.loads(stored.read_text())
+            took = sum(v for v in (result.get("timings") or {}).values() if isinstance(v, (int, float)))
+            entries.append(scenario_entry(result, grade_dir / scenario.name, grade_dir, took))
+        else:
+            skipped.append({"name": scenario.name, "reason": f"not run: {why}", "level": scenario.level,
+                            "requirements": scenario.raw["requirements"]})
+    results = aggregate(grade_dir, adapter.summary(), level, seed, entries, skipped, {"total": round(seconds, 2)},
+                        required)
+    write_grade_reports(grade_dir, results)
+    return results, grade_dir
+
+
+def start_problem(folder: Path, seen: set[Path]) -> str | None:
+    """If a scenario just finished without getting the submission started (its setup or roles failed), why."""
+    for run_json in sorted(folder.glob("grade-*/*/run.json")):
+        if run_json in seen:
+            continue
+        try:
+            run = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            continue  # being written: looked at again on the next progress line
+        seen.add(run_json)
+        timings = run.get("timings") or {}
+        if run.get("error") and "faults_and_workload" not in timings:
+            where = "setup" if "start_roles" not in timings else "starting the roles"
+            logs = run_json.parent / "logs"
+            log = logs / "setup.log" if where == "setup" else None
+            if log is None:
+                role = ((run.get("adapter") or {}).get("http") or {}).get("role") or "api"
+                log = logs / f"{role}.log"
+                if not log.is_file():
+                    candidates = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
+                    log = candidates[-1] if candidates else log
+            tail = _last_line(log)
+            return (f"{where} failed in {run_json.parent.name}: {run['error']}"
+                    + (f" — {log.name}: {tail}" if tail else ""))
+    return None
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines()
+                 if line.strip() and not line.startswith("=== harness:")]
+    except OSError:
+        return ""
+    return lines[-1][:240] if lines else ""
+
+
+class SubmissionGrade:
+    """One submission's grade in a thread of its own, under a time limit."""
+
+    def __init__(self, submission: Submission, adapter, level: int, seed: int, only, stack, folder: Path,
+                 timeout: float, say, verbose: bool = False):
+        self.submission, self.adapter, self.level, self.seed, self.only = submission, adapter, level, seed, only
+        self.stack, self.folder, self.timeout, self.say, self.verbose = stack, folder, timeout, say, verbose
+        self.results = self.grade_dir = self.error = None
+        self.not_started: str | None = None
+        self._seen: set[Path] = set()
+        self.thread = threading.Thread(target=self._run, name=f"grade-{submission.name}", daemon=True)
+
+    def _progress(self, text: str) -> None:
+        if self.verbose or not str(text).startswith("["):
+            self.say("    " + str(text))
+        if threading.current_thread() is self.thread and self.not_started is None:
+            problem = start_problem(self.folder, self._seen)
+            if problem:
+                self.not_started = problem
+                raise DidNotStart(problem)
+
+    def _run(self) -> None:
+        from .grade import grade
+
+        try:
+            self.results, self.grade_dir = grade(self.adapter, self.level, self.seed, only=self.only,
+                                                 stack=self.stack,
+                                                 reports_dir=self.folder, progress=self._progress)
+        except BaseException as exc:  # noqa: BLE001 - reported in the row, whatever it was
+            self.error = exc
+
+    def run(self) -> str:
+        """Grade; returns how it ended: ``done``, ``did not start``, ``timeout`` or ``error``."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stack_pids = set(self.stack.pids().values())
+        since = _ticks_now()
+        threads_before = set(threading.enumerate())
+        self.thread.start()
+        try:
+            self.thread.join(self.timeout)
+        except BaseException:  # Ctrl-C / SIGTERM of the whole run: stop this grade as a timeout would, then go
+            self.stop(stack_pids, since, threads_before, settle=5.0)
+            raise
+        if self.thread.is_alive():
+            self.say(f"    time limit of {self.timeout:.0f}s reached: stopping {self.submission.name}")
+            self.stop(stack_pids, since, threads_before)
+            return "timeout"
+        if isinstance(self.error, DidNotStart):
+            return "did not start"
+        if self.error is not None:
+            return "error"
+        return "done"
+
+    def stop(self, stack_pids: set[int], since: int, threads_before: set, settle: float = SETTLE_SECONDS) -> None:
+        """Interrupt the grade (its teardown stops its roles), then kill by PID whatever it left running."""
+        running = roles_running(self.folder)
+        if running:
+            self.say("    roles running: " + ", ".join(f"{k.split('/', 1)[1]} pid {pid}" for k, pid in running.items()))
+        _raise_in(self.thread, SubmissionTimeout)
+        self.thread.join(GRACEFUL_STOP_SECONDS)
+        targets = {pid: f"role {key.split('/', 1)[1]}" for key, pid in roles_running(self.folder).items()}
+        targets.update({pid: targets.get(pid, "process") for pid in our_children(since, stack_pids)})
+        kill_ours(targets, self.say)
+        if self.thread.is_alive():  # stuck in its teardown: ask once more, then leave it (a daemon thread)
+            _raise_in(self.thread, SubmissionTimeout)
+            self.thread.join(10)
+        # Fault threads of the interrupted scenario (a service restart, a held role's release) end on their own
+        # timers; wait for them, so none can restart a role or a service after this point.
+        deadline = time.monotonic() + settle
+        for t in [t for t in threading.enumerate() if t not in threads_before and t is not self.thread]:
+            t.join(max(0.0, deadline - time.monotonic()))
+        kill_ours({pid: "process" for pid in our_children(since, stack_pids)}, self.say)
+        if self.thread.is_alive():
+            self.say(f"    the grade of {self.submission.name} did not stop; abandoned (its thread is a daemon)")
+
+
+def tidy_stack(stack, say) -> None:
+    """What the next submission needs: every service up and no toxic left (as the test fixtures check)."""
+    for name in SERVICES:
+        try:
+            if not stack.alive(name):
+                say(f"    {name} was down: restarting it")
+                stack.restart(name)
+        except Exception as exc:  # the next submission's run will say what is wrong
+            say(f"    could not restart {name}: {type(exc).__name__}: {exc}")
+    try:
+        stack.toxiproxy.reset()
+    except Exception as exc:
+        say(f"    toxiproxy reset failed: {type(exc).__name__}: {exc}")
+
+
+# --- the whole class --------------------------------------------------------------------------------------------------
+
+def exit_code(rows: list[table.Row]) -> int:
+    verdicts = [r.verdict for r in rows]
+    if verdicts and all(v == "valid" for v in verdicts):
+        return 0
+    if "invalid" in verdicts:
+        return 1
+    return 2
+
+
+def _relative(path: Path, base: Path) -> str:
+    try:
+        return str(Path(path).relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def write_tables(out: Path, rows: list[table.Row], meta: dict) -> None:
+    (out / "table.md").write_text(table.markdown(rows, meta))
+    (out / "table.csv").write_text(table.csv_text(rows))
+    (out / "index.html").write_text(table.html(rows, meta))
+    (out / "results.json").write_text(json.dumps({"kind": "grade-many", **meta, "rows": [r.to_dict() for r in rows]},
+                                                 indent=1, default=str))
+
+
+class ClassGrade:
+    """The state of one grade-many run: the shared stack (started at the first submission that needs it), the rows."""
+
+    def __init__(self, out: Path, level: int, seed: int, only: list[str] | None, timeout: float, stack, progress,
+                 verbose: bool):
+        self.out, self.level, self.seed, self.only, self.timeout = out, level, seed, only, timeout
+        self.stack, self.own_stack, self.say, self.verbose = stack, stack is None, progress, verbose
+        self.stack_error: str | None = None
+
+    def ensure_stack(self):
+        if self.stack is None and self.stack_error is None:
+            from .stack import Stack
+
+            self.say("starting the shared stack (PostgreSQL, RabbitMQ, SeaweedFS, Toxiproxy) ...")
+            began = time.monotonic()
+            try:
+                self.stack = Stack.start(self.out / "stack")
+                self.say(f"stack up in {time.monotonic() - began:.1f}s")
+            except Exception as exc:
+                self.stack_error = f"the shared stack did not start: {type(exc).__name__}: {exc}"
+                self.say(self.stack_error)
+        return self.stack
+
+    def stop_stack(self) -> None:
+        if self.own_stack and self.stack is not None:
+            began = time.monotonic()
+            self.stack.stop()
+            self.stack = None
+            self.say(f"stack stopped in {time.monotonic() - began:.1f}s")
+
+    def one(self, sub: Submission) -> table.Row:
+        from .adapter_check import check
+
+        began = time.monotonic()
+        only_text = ",".join(self.only) if self.only else ""
+        reproduce = (f"harness grade --sut {sub.shown_path} --level {self.level} --seed {self.seed}"
+                     + (f" --only {only_text}" if self.only else ""))
+
+        def row(verdict, reason, results=None, report=None) -> table.Row:
+            seconds = round(time.monotonic() - began, 1)
+            if results is not None:
+                return table.row_from_grade(sub.name, sub.shown_path, results, seconds, report, verdict=verdict,
+                                            reason=reason, reproduce=reproduce)
+            return table.Row(sub.name, sub.shown_path, verdict, {}, seconds, report, reason, reproduce)
+
+        if sub.problem or sub.adapter is None:
+            return row("invalid adapter", sub.problem or "no adapter file")
+        try:
+            report = check(sub.adapter, self.level)
+            if not report.ok:  # the problems `harness adapter check` prints, first three
+                shown = "; ".join(str(p) for p in report.problems[:3])
+                more = len(report.problems) - 3
+                return row("invalid adapter", shown + (f" (+{more} more)" if more > 0 else ""))
+            adapter = adapter_mod.load(sub.adapter)
+        except Exception as exc:
+            return row("invalid adapter", f"{type(exc).__name__}: {exc}")
+        if self.ensure_stack() is None:
+            return row("error", f"not graded: {self.stack_error}")
+        try:
+            return self._grade(sub, adapter, row)
+        finally:
+            tidy_stack(self.stack, self.say)
+
+    def _grade(self, sub: Submission, adapter, row) -> table.Row:
+        folder = self.out / sub.name
+        job = SubmissionGrade(sub, adapter, self.level, self.seed, self.only, self.stack, folder, self.timeout,
+                              self.say, self.verbose)
+        began = time.monotonic()
+        ended = job.run()
+        if ended == "done":
+            return row(None, None, job.results, _relative(job.grade_dir / "index.html", self.out))
+        if ended == "did not start":
+            why = "the submission did not start"
+            reason = job.not_started or str(job.error)
+        elif ended == "timeout":
+            unfinished = sorted(p.parent.name for p in folder.glob("grade-*/*/history.jsonl")
+                                if not (p.parent / "results.json").is_file())
+            why = f"the submission hit its time limit of {self.timeout:.0f}s"
+            reason = f"time limit of {self.timeout:.0f}s reached" + (f" during {', '.join(unfinished)}"
+                                                                      if unfinished else "")
+        else:
+            why = f"the grade failed: {type(job.error).__name__}: {job.error}"
+            reason = why
+        try:
+            partial = partial_grade(folder, adapter, self.level, self.seed, self.only, why, time.monotonic() - began)
+        except Exception as exc:
+            self.say(f"    could not write the partial grade report: {type(exc).__name__}: {exc}")
+            partial = None
+        if partial is None:
+            return row(ended, reason)
+        results, grade_dir = partial
+        finished = len(results["scenarios"])
+        planned = finished + sum(1 for s in results["skipped"] if s["reason"].startswith("not run: "))
+        if ended == "timeout":
+            reason += f" ({finished} of {planned} scenarios finished)"
+        return row(ended, reason, results, _relative(grade_dir / "index.html", self.out))
+
+
+def grade_many(arguments: list[str], level: int, seed: int, *, only: list[str] | None = None,
+               timeout: float = DEFAULT_TIMEOUT, reports_dir: Path | None = None, stack=None, progress=print,
+               verbose: bool = False) -> tuple[list[table.Row], Path]:
+    """Grade every submission named by ``arguments``; returns the rows and the folder holding the table."""
+    submissions = discover(arguments)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    out = Path(reports_dir or REPORTS_DIR) / f"grade-many-{stamp}-L{level}-s{seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    only_text = ",".join(only) if only else ""
+    meta = {"title": f"Grades at level {level}", "level": level, "seed": seed, "only": only or None,
+            "timeout_seconds": timeout, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "facts": {"level": level, "base seed": seed, "submissions": len(submissions),
+                      "time limit": f"{timeout:.0f}s per submission", **({"only": only_text} if only else {}),
+                      "started": datetime.now().strftime("%Y-%m-%d %H:%M")}}
+    progress(f"grade-many: {len(submissions)} submission{'s' if len(submissions) != 1 else ''} at level {level}, "
+             f"base seed {seed}, time limit {timeout:.0f}s each" + (f", only {only_text}" if only else ""))
+    progress(f"table: {out}/index.html  {out}/table.md  {out}/table.csv")
+    run = ClassGrade(out, level, seed, only, timeout, stack, progress, verbose)
+    rows: list[table.Row] = []
+    try:
+        for index, sub in enumerate(submissions, start=1):
+            progress(f"[{index}/{len(submissions)}] {sub.name}: {sub.shown_path}")
+            row = run.one(sub)
+            rows.append(row)
+            progress(f"[{index}/{len(submissions)}] {sub.name}: {row.verdict.upper()} in {row.seconds or 0:.1f}s"
+                     + (f" — {row.reason}" if row.reason else ""))
+            write_tables(out, rows, meta)  # after every submission: an interrupted run keeps its table so far
+    finally:
+        run.stop_stack()
+    write_tables(out, rows, meta)
+    return rows, out
+
+
+def run_command(args, seed: int, progress=print) -> int:
+    """`harness grade-many` (argparse namespace from harness/cli.py): grade, print the table's summary, exit code."""
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
+    if only:
+        known = {s.name for s in catalogue_mod.catalogue()}
+        unknown = [name for name in only if name not in known]
+        if unknown:
+            progress(f"harness: unknown scenario(s) in --only: {', '.join(unknown)} (see `harness scenarios`)")
+            return 2
+    rows, out = grade_many(args.submissions, args.level, seed, only=only, timeout=args.timeout_per_submission,
+                           reports_dir=Path(args.reports) if args.reports else None, progress=progress,
+                           verbose=args.verbose)
+    progress("")
+    width = max([len(r.name) for r in rows] + [10])
+    for r in rows:
+        reqs = " ".join(table.STATUS_SYMBOL.get(r.requirements.get(rid, ""), "?") for rid in table.REQUIREMENTS)
+        progress(f"  {r.name:{width}} {r.verdict:16} {reqs}  {r.seconds or 0:7.1f}s  {r.reason}")
+    code = exit_code(rows)
+    progress(f"GRADE-MANY level {args.level} base seed {seed}: {len(rows)} submissions, exit {code}")
+    progress(f"table: {out}/index.html  {out}/table.md  {out}/table.csv")
+    return code
