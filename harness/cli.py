@@ -1,15 +1,18 @@
-"""`harness`: list scenarios, run one, grade an implementation, re-check a stored run, manage the stack."""
+"""`harness`: list scenarios, run one, grade an implementation, re-check a stored run, write and check adapter
+files, manage the stack."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
+KEEP_DATA_HELP = "keep the services' data folder (normally removed with the stack) for a post-mortem; its path is printed"
 
 
 def _progress(text: str) -> None:
@@ -57,7 +60,7 @@ def cmd_run(args) -> int:
     seed = _seed(args.seed)
     print(f"scenario {scenario.name}, implementation {adapter.name}, seed {seed}", flush=True)
     began = time.monotonic()
-    stack = Stack.start(Path(args.stack_dir) if args.stack_dir else None)
+    stack = Stack.start(Path(args.stack_dir) if args.stack_dir else None, keep_data=args.keep_data)
     print(f"stack up in {time.monotonic() - began:.1f}s", flush=True)
     try:
         run = ScenarioRun(scenario, adapter, stack, seed, args.level, run_dir=args.run_dir, progress=_progress)
@@ -72,13 +75,21 @@ def cmd_run(args) -> int:
 
 def cmd_grade(args) -> int:
     from . import adapter as adapter_mod
+    from .adapter_check import check, render
     from .grade import grade
 
+    report = check(args.sut, args.level)  # before any service starts: the same problems `adapter check` prints
+    if not report.ok:
+        print(render(report), file=sys.stderr)
+        print("harness: grade refused: fix the adapter file (harness adapter check FILE lists the same problems)",
+              file=sys.stderr)
+        return 2
     adapter = adapter_mod.load(args.sut)
     level = int(args.level or adapter.level)
     seed = _seed(args.seed)
     results, grade_dir = grade(adapter, level, seed, only=args.only.split(",") if args.only else None,
-                               reports_dir=Path(args.reports) if args.reports else None, progress=_progress)
+                               reports_dir=Path(args.reports) if args.reports else None, progress=_progress,
+                               keep_data=args.keep_data)
     print()
     print(f"GRADE {adapter.name} level {level} seed {seed}: {results['verdict'].upper()}")
     for rid, req in sorted(results["requirements"].items()):
@@ -88,6 +99,12 @@ def cmd_grade(args) -> int:
         print(f"  {key:52} {value:7.1f}s")
     print(f"reports: {grade_dir}/summary.md  {grade_dir}/timeline.html  {grade_dir}/junit.xml")
     return EXIT[results["verdict"]]
+
+
+def cmd_grade_many(args) -> int:
+    from .grade_many import run_command
+
+    return run_command(args, _seed(args.seed), _progress)
 
 
 def cmd_check(args) -> int:
@@ -111,6 +128,26 @@ def cmd_check(args) -> int:
     return EXIT[results["verdict"]]
 
 
+def cmd_adapter_init(args) -> int:
+    from .adapter_check import init
+
+    try:
+        path = init(args.path, force=args.force)
+    except FileExistsError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {path}: replace every CHANGE-ME, then run: harness adapter check {path}")
+    return 0
+
+
+def cmd_adapter_check(args) -> int:
+    from .adapter_check import check, render
+
+    report = check(args.file, args.level)
+    print(render(report))
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", type=int, choices=[3, 4, 5])
     p.add_argument("--run-dir", type=Path)
     p.add_argument("--stack-dir", type=Path)
+    p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("grade", help="grade an implementation: exit 0 valid, 1 invalid, 2 unknown/error")
@@ -136,13 +174,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", type=int, choices=[3, 4, 5])
     p.add_argument("--seed", type=int)
     p.add_argument("--only", help="comma-separated scenario names")
-    p.add_argument("--reports", help="folder for the grade's report folder (default reports/runs)")
+    p.add_argument("--reports", help="folder for the grade's report folder (default: reports/runs under the "
+                                     "checkout, else under the current directory)")
+    p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("grade-many", help="grade a class of submissions, one after another on one shared stack: "
+                                          "one table (Markdown, CSV, HTML); exit 0 all valid, 1 any invalid, 2 else")
+    p.add_argument("submissions", nargs="+", metavar="DIR_OR_ADAPTER",
+                   help="an adapter file, a folder holding adapter.toml, or a folder of submissions (each sub-folder "
+                        "holding an adapter.toml is one)")
+    p.add_argument("--level", type=int, choices=[3, 4, 5], required=True)
+    p.add_argument("--seed", type=int, help="base seed used for every submission (default: random, printed)")
+    p.add_argument("--timeout-per-submission", type=float, default=1800.0, metavar="S",
+                   help="seconds one submission's grade may take before it is stopped (default: 1800)")
+    p.add_argument("--only", help="comma-separated scenario names, for every submission")
+    p.add_argument("--reports", help="folder for the run's folder (default: reports/runs under the checkout, else "
+                                     "under the current directory)")
+    p.add_argument("--verbose", action="store_true", help="also print every scenario's own progress lines")
+    p.set_defaults(func=cmd_grade_many)
 
     p = sub.add_parser("check", help="re-check a stored run (or grade) folder without services")
     p.add_argument("run_dir")
     p.add_argument("--no-write", action="store_true", help="do not rewrite the reports")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("adapter", help="write or check an adapter file (how the harness runs an implementation)")
+    actions = p.add_subparsers(dest="adapter_action", required=True)
+    a = actions.add_parser("init", help="write a commented adapter skeleton with every field")
+    a.add_argument("path", nargs="?", type=Path, default=Path("adapter.toml"),
+                   help="file to write, or a folder to write adapter.toml in (default: ./adapter.toml)")
+    a.add_argument("--force", action="store_true", help="overwrite an existing file")
+    a.set_defaults(func=cmd_adapter_init)
+    a = actions.add_parser("check", help="validate an adapter file before any service starts: exit 0 clean, "
+                                         "1 with problems (one line each)")
+    a.add_argument("file", help="adapter file, folder or name")
+    a.add_argument("--level", type=int, choices=[3, 4, 5],
+                   help="plan the grade at this level (default: the level the adapter claims)")
+    a.set_defaults(func=cmd_adapter_check)
 
     try:
         from .cli_stack import add_stack_commands
@@ -155,13 +224,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from .stack.process import raise_keyboard_interrupt_on_sigterm
+
+    previous = signal.getsignal(signal.SIGTERM)
+    raise_keyboard_interrupt_on_sigterm()  # so a SIGTERM, like Ctrl-C, stops every service we started
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
+        print("harness: interrupted; everything it started was stopped", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into `head`: not an error of ours
+        return 0
     except Exception as exc:  # configuration errors etc.: exit 2 (unknown/error), with the reason
         print(f"harness: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # an in-process caller (a test) keeps its own handling
 
 
 if __name__ == "__main__":

