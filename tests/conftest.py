@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -10,6 +12,8 @@ import pytest
 from harness.stack import Stack, Tenant
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+PRIVATE_TMP = pytest.StashKey[str]()
+TMP_BEFORE = pytest.StashKey[tuple]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -20,6 +24,19 @@ def pytest_configure(config: pytest.Config) -> None:
         root = REPO_ROOT / ".run" / "pytest"
         root.mkdir(parents=True, exist_ok=True)
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(root)
+    # Everything the tests start (roles, their process pools, this process's own pools) gets one private
+    # temporary folder, removed at the end: a killed process pool leaves its /tmp/pymp-* folder behind otherwise.
+    system_tmp = tempfile.gettempdir()
+    config.stash[TMP_BEFORE] = (system_tmp, set(os.listdir(system_tmp)))
+    private = tempfile.mkdtemp(prefix="harness-tests-")
+    os.environ["TMPDIR"] = tempfile.tempdir = private
+    config.stash[PRIVATE_TMP] = private
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    private = config.stash.get(PRIVATE_TMP, None)
+    if private:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -81,6 +98,10 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    system_tmp, before = terminalreporter.config.stash.get(TMP_BEFORE, (None, set()))
+    if system_tmp:  # the suite must leave nothing in the machine's temporary folder
+        left = sorted(set(os.listdir(system_tmp)) - before - {Path(terminalreporter.config.stash[PRIVATE_TMP]).name})
+        _measurements.append(f"[tmp] new entries in {system_tmp} after the tests: {', '.join(left[:20]) or 'none'}")
     if _measurements:
         terminalreporter.section("measurements (ratios are against a baseline taken in the same run)")
         for line in _measurements:

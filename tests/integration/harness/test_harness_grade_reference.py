@@ -38,8 +38,12 @@ def test_reference_grades_valid_at_level_4_under_five_minutes(stack, tmp_path):
     assert exercised["ack_after_commit"]
     exercised = {v["invariant"]: v["exercised"] for v in by_name["worker-paused-past-lease"]["verdicts"]}
     assert exercised["lease_ownership"]
-    for name in ("results.json", "junit.xml", "summary.md", "timeline.html"):
+    for name in ("results.json", "junit.xml", "summary.md", "timeline.html", "index.html"):
         assert (grade_dir / name).exists()
+    # A grade's folder is what a person or a CI job keeps: histories, logs, reports — no service data.
+    size = sum(f.stat().st_size for f in grade_dir.rglob("*") if f.is_file())
+    print(f"[grade] report folder {size / 1e6:.1f} MB")
+    assert size < 20e6, f"{grade_dir} holds {size / 1e6:.1f} MB"
     # Re-checking the stored grade without services gives the same verdicts.
     again = recheck_grade(grade_dir)
     assert again["verdict"] == results["verdict"]
