@@ -143,6 +143,14 @@ def test_the_wheel_installs_and_grades_from_outside_the_checkout():
         assert hygiene["status"] == "valid" and hygiene["exercised"], hygiene  # read the wheel's jobs.schema.json
         rechecked = run([harness, "check", run_dirs[0], "--no-write"], work, env)
         assert rechecked.returncode == 0 and "same" in rechecked.stdout, rechecked.stdout + rechecked.stderr
+        # ... and graded: a (partial) grade of the Go example from the installed wheel, with its reports.
+        graded = run([harness, "grade", "--sut", GO_ADAPTER, "--level", "4", "--seed", SEED, "--only", SCENARIO],
+                     work, env, timeout=240)
+        assert graded.returncode == 0, graded.stdout[-4000:] + graded.stderr[-4000:]
+        assert f"GRADE go-pipeline level 4 seed {SEED}: VALID" in graded.stdout
+        grade_dirs = list((work / "reports" / "runs").glob("grade-*-go-pipeline-L4-*"))
+        assert len(grade_dirs) == 1 and (grade_dirs[0] / "index.html").is_file() and \
+            (grade_dirs[0] / "junit.xml").is_file()
 
         # 4. `stack up` / `stack down` keep their state under the working directory.
         up = run([harness, "stack", "up", "--json"], work, env, timeout=120)
