@@ -36,7 +36,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     private = config.stash.get(PRIVATE_TMP, None)
     if private:
-        shutil.rmtree(private, ignore_errors=True)
+        # This process's own multiprocessing folders (pymp-*) are removed by multiprocessing at exit; remove the
+        # private folder after them (a finalizer of lower priority), so neither trips over the other.
+        from multiprocessing.util import Finalize
+
+        Finalize(None, shutil.rmtree, args=(private,), kwargs={"ignore_errors": True}, exitpriority=-200)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
