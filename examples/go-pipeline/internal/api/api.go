@@ -126,21 +126,32 @@ type statusJSON struct {
 	UpdatedAt       string        `json:"updated_at"`
 }
 
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+// lookup reads one attachment's record by the {id} of the path: 404 for a malformed or unknown id, 503 when the
+// database cannot answer; ok is false once the response has been written.
+func lookup[T any](s *Server, w http.ResponseWriter, r *http.Request,
+	read func(context.Context, string) (T, error)) (record T, ok bool) {
 	id := r.PathValue("id")
 	if !ids.Valid(id) {
 		writeError(w, http.StatusNotFound, "not_found", "no such attachment")
-		return
+		return record, false
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.Config.IOTimeout)
 	defer cancel()
-	st, err := s.Store.AttachmentStatus(ctx, id)
+	record, err := read(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "not_found", "no such attachment")
-		return
+		return record, false
 	}
 	if err != nil {
 		dbFailure(w, err)
+		return record, false
+	}
+	return record, true
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	st, ok := lookup(s, w, r, s.Store.AttachmentStatus)
+	if !ok {
 		return
 	}
 	out := statusJSON{
@@ -169,20 +180,8 @@ type eventJSON struct {
 }
 
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	if !ids.Valid(id) {
-		writeError(w, http.StatusNotFound, "not_found", "no such attachment")
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.Config.IOTimeout)
-	defer cancel()
-	list, err := s.Store.Transitions(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		writeError(w, http.StatusNotFound, "not_found", "no such attachment")
-		return
-	}
-	if err != nil {
-		dbFailure(w, err)
+	list, ok := lookup(s, w, r, s.Store.Transitions)
+	if !ok {
 		return
 	}
 	out := struct {
