@@ -182,7 +182,23 @@ def kill_ours(pids: dict[int, str], say) -> list[str]:
             continue
     if done:
         say(f"    killed by PID: {', '.join(done)}")
+        _reap([pid for pid in pids if pid in mine])
     return done
+
+
+def _reap(pids: list[int], timeout: float = 10.0) -> None:
+    """Wait for killed children to exit and collect them, so none lingers as a zombie: their ``Popen`` objects
+    belong to the interrupted grade, which may never poll them again."""
+    left, deadline = set(pids), time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        for pid in list(left):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    left.discard(pid)
+            except ChildProcessError:  # already collected (by its Popen)
+                left.discard(pid)
+        if left:
+            time.sleep(0.05)
 
 
 def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> bool:
