@@ -11,8 +11,20 @@ import sys
 import time
 from pathlib import Path
 
+from .defaults import DEFAULT_PARALLEL
+
 EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
 KEEP_DATA_HELP = "keep the services' data folder (normally removed with the stack) for a post-mortem; its path is printed"
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
 
 
 def _progress(text: str) -> None:
@@ -89,7 +101,7 @@ def cmd_grade(args) -> int:
     seed = _seed(args.seed)
     results, grade_dir = grade(adapter, level, seed, only=args.only.split(",") if args.only else None,
                                reports_dir=Path(args.reports) if args.reports else None, progress=_progress,
-                               keep_data=args.keep_data)
+                               keep_data=args.keep_data, parallel=args.parallel)
     print()
     print(f"GRADE {adapter.name} level {level} seed {seed}: {results['verdict'].upper()}")
     for rid, req in sorted(results["requirements"].items()):
@@ -177,6 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", help="folder for the grade's report folder (default: reports/runs under the "
                                      "checkout, else under the current directory)")
     p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
+    p.add_argument("--parallel", type=_positive_int, default=DEFAULT_PARALLEL,
+                   help=f"scenarios side by side on the stack, each with its own database, vhost, bucket and "
+                        f"proxies; one that restarts a service runs alone (default {DEFAULT_PARALLEL}; 1 = one "
+                        f"after another)")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("grade-many", help="grade a class of submissions, one after another on one shared stack: "

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 from pathlib import Path
 
 from . import scenarios as catalogue_mod
 from .checkers import combine
+from .defaults import DEFAULT_PARALLEL  # noqa: F401 - re-exported for callers of grade()
 from .report import write_grade_reports
 from .runner import REPORTS_DIR, ScenarioRun, check_run_dir
 
@@ -108,8 +111,29 @@ def aggregate(grade_dir: Path, adapter_summary: dict, level: int, seed: int, ent
     }
 
 
+
+
+def runs_alone(scenario) -> str | None:
+    """Why a scenario may not share the stack with another run (None when it may): it restarts a service every
+    run depends on, or it says so (``exclusive = true``, e.g. for a measurement another run's load would skew)."""
+    if scenario.raw.get("exclusive"):
+        return "declared exclusive"
+    for fault in scenario.raw.get("faults") or []:
+        if fault.get("action") == "restart_service":
+            return f"restarts {fault.get('service', 'a service')}"
+    return None
+
+
+def _cost(scenario) -> int:
+    """A rough size, to start the biggest shared scenarios first so the last one to finish is a short one."""
+    w = scenario.raw.get("workload") or {}
+    return int(w.get("uploads", 0)) + int(w.get("bad", 0)) + int(w.get("poison", 0))
+
+
 def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stack=None, reports_dir: Path | None = None,
-          progress=print, keep_data: bool = False) -> tuple[dict, Path]:
+          progress=print, keep_data: bool = False, parallel: int = 1) -> tuple[dict, Path]:
+    """Grade on one stack. ``parallel`` > 1 runs that many scenarios side by side (each with its own tenant and
+    Toxiproxy proxies); a scenario that restarts a service runs alone, before the others."""
     began = time.monotonic()
     everything = catalogue_mod.catalogue()
     required = required_at(level, everything)
@@ -122,7 +146,9 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     grade_dir = Path(reports_dir or REPORTS_DIR) / f"grade-{stamp}-{adapter.name}-L{level}-s{seed}"
     grade_dir.mkdir(parents=True, exist_ok=True)
-    progress(f"grading {adapter.name} at level {level}, seed {seed}: {len(chosen)} scenarios, {len(skipped)} skipped")
+    parallel = max(1, int(parallel))
+    progress(f"grading {adapter.name} at level {level}, seed {seed}: {len(chosen)} scenarios, {len(skipped)} skipped"
+             + (f", up to {parallel} side by side" if parallel > 1 else ""))
     progress(f"reports: {grade_dir}")
     timings: dict[str, float] = {}
     own_stack = stack is None
@@ -133,22 +159,46 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
         stack = Stack.start(grade_dir / "stack", keep_data=keep_data)
         timings["stack_start"] = round(time.monotonic() - t, 2)
         progress(f"stack up in {timings['stack_start']:.1f}s")
-    entries = []
+    entries: dict[str, dict] = {}
     phase_totals: dict[str, float] = {}
-    try:
-        for index, scenario in enumerate(chosen, start=1):
-            progress(f"--- [{index}/{len(chosen)}] {scenario.name} (level {scenario.level}, "
-                     f"{', '.join(scenario.raw['requirements'])})")
-            t = time.monotonic()
-            run_dir = grade_dir / scenario.name
-            result = ScenarioRun(scenario, adapter, stack, seed, level, run_dir=run_dir, progress=progress).execute()
-            seconds = time.monotonic() - t
+    lock = threading.Lock()
+    active: dict[str, ScenarioRun] = {}
+    started = iter(range(1, len(chosen) + 1))
+
+    def run_one(scenario) -> None:
+        with lock:
+            index = next(started)
+        progress(f"--- [{index}/{len(chosen)}] {scenario.name} (level {scenario.level}, "
+                 f"{', '.join(scenario.raw['requirements'])})")
+        t = time.monotonic()
+        run_dir = grade_dir / scenario.name
+        run = ScenarioRun(scenario, adapter, stack, seed, level, run_dir=run_dir, progress=progress)
+        with lock:
+            active[scenario.name] = run
+        try:
+            result = run.execute()
+        finally:
+            with lock:
+                active.pop(scenario.name, None)
+        seconds = time.monotonic() - t
+        with lock:
             timings[f"scenario:{scenario.name}"] = round(seconds, 2)
             for phase, value in (result.get("timings") or {}).items():
                 if isinstance(value, (int, float)):
                     phase_totals[phase] = round(phase_totals.get(phase, 0) + value, 2)
-            entries.append(scenario_entry(result, run_dir, grade_dir, seconds))
-            progress(f"    {scenario.name}: {result['verdict'].upper()} in {seconds:.1f}s")
+            entries[scenario.name] = scenario_entry(result, run_dir, grade_dir, seconds)
+        progress(f"    {scenario.name}: {result['verdict'].upper()} in {seconds:.1f}s")
+
+    alone = [s for s in chosen if parallel > 1 and runs_alone(s)]
+    shared = sorted((s for s in chosen if s not in alone), key=_cost, reverse=True) if parallel > 1 else chosen
+    try:
+        for scenario in alone:
+            run_one(scenario)
+        if parallel == 1:
+            for scenario in shared:
+                run_one(scenario)
+        else:
+            _run_side_by_side(shared, run_one, parallel, active, lock)
     finally:
         if own_stack:
             t = time.monotonic()
@@ -156,9 +206,31 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
             timings["stack_stop"] = round(time.monotonic() - t, 2)
     timings.update({f"phase:{k}": v for k, v in phase_totals.items()})
     timings["total"] = round(time.monotonic() - began, 2)
-    results = aggregate(grade_dir, adapter.summary(), level, seed, entries, skipped, timings, required)
+    ordered = [entries[s.name] for s in chosen if s.name in entries]
+    results = aggregate(grade_dir, adapter.summary(), level, seed, ordered, skipped, timings, required)
     write_grade_reports(grade_dir, results)
     return results, grade_dir
+
+
+def _run_side_by_side(scenarios, run_one, parallel: int, active: dict, lock) -> None:
+    """Run ``scenarios`` ``parallel`` at a time. On an interrupt (Ctrl-C, a grade time limit) every running scenario
+    is told to stop, its roles are stopped, and its thread is waited for before the interrupt goes on."""
+    pool = ThreadPoolExecutor(parallel, thread_name_prefix="scenario")
+    futures = [pool.submit(run_one, s) for s in scenarios]
+    try:
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)  # a failure is seen at once, not in submit order
+        for future in done:
+            future.result()
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        with lock:
+            running = list(active.values())
+        for run in running:
+            run.abort()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def recheck_grade(grade_dir: Path) -> dict:

@@ -99,6 +99,15 @@ class ScenarioRun:
     def expected_running(self) -> set[str]:
         return {n for n in self.supervisor.instances if n not in self.held and n not in self.extra_stopped}
 
+    def abort(self) -> None:
+        """Ask this run, from another thread, to end early (its grade was interrupted): the phase under way stops
+        waiting, the next ones are not entered, and the teardown stops the roles as usual."""
+        self.stopping.set()
+
+    def _check_not_aborted(self, phase: str) -> None:
+        if self.stopping.is_set():
+            raise RuntimeError(f"run aborted before {phase}: its grade was interrupted")
+
     # --- the run --------------------------------------------------------------------------------
     def execute(self) -> dict:
         self.history = HistoryWriter(self.run_dir / "history.jsonl")
@@ -109,19 +118,24 @@ class ScenarioRun:
         self.extra_stopped: set[str] = set()
         error = None
         final = {"read_ok": False, "errors": ["run did not reach the final read"], "attachments": {}}
-        self.supervisor = None
+        self.supervisor = self.tenant = None
         self.observer = self.tap = self.sampler = None
         try:
             with self.phase("setup"):
                 self._setup()
+            self._check_not_aborted("start_roles")
             with self.phase("start_roles"):
                 self._start_roles()
+            self._check_not_aborted("the workload")
             with self.phase("faults_and_workload"):
                 self._workload_and_faults()
+            self._check_not_aborted("heal")
             with self.phase("heal"):
                 self._heal()
+            self._check_not_aborted("drain")
             with self.phase("drain"):
                 self._drain()
+            self._check_not_aborted("the final read")
             with self.phase("final_read"):
                 final = read_final(self.base_url, self._attachment_ids(), self.env_direct, self.tap,
                                    events=self.adapter.has("events"))
@@ -172,7 +186,9 @@ class ScenarioRun:
     def _setup(self) -> None:
         # Unique per run: two grades with the same seed on one stack (grade-many, a rerun) never share a tenant.
         tenant_name = f"h{self.seed % 100000}-{uuid.uuid4().hex[:6]}-{self.scenario.name[:20]}"
-        self.tenant = self.stack.new_tenant(tenant_name)
+        # Its own Toxiproxy proxies: a cut or a toxic of this run reaches only its roles, so runs can share a stack.
+        self.tenant = self.stack.new_tenant(tenant_name, private_proxies=True)
+        self.toxiproxy = self.stack.tenant_toxiproxy(self.tenant)
         self.port = int(self.adapter.http["port"]) or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         # A scenario's [timings] (e.g. a short job TTL) reach the roles through the adapter's [timings_env].
@@ -321,7 +337,8 @@ class ScenarioRun:
 
         def one(indexed):
             index, op = indexed
-            time.sleep(spacing * index)
+            if self.stopping.wait(spacing * index):
+                return  # aborted: the rest of the workload is not sent
             uploader.upload(op, on_accepted=self.observer.watch)
 
         with ThreadPoolExecutor(int(w.get("concurrency", 2))) as pool:
@@ -334,7 +351,7 @@ class ScenarioRun:
     # --- nemesis --------------------------------------------------------------------------------
     def _nemesis(self) -> None:
         self.processes = ProcessFaults(self.supervisor, self.history)
-        self.network = NetworkFaults(self.stack.toxiproxy, self.history)
+        self.network = NetworkFaults(self.toxiproxy, self.history)
         self.services = ServiceFaults(self.stack, self.history)
         self.failpoints = FailpointFaults(self.supervisor, self.history)
         threads = []
@@ -594,7 +611,7 @@ class ScenarioRun:
     def _heal(self) -> None:
         for step in self.schedule:
             self._release(step)
-        repaired = heal_all(self.supervisor, self.stack.toxiproxy, self.expected_running(), self.history, self.stack)
+        repaired = heal_all(self.supervisor, self.toxiproxy, self.expected_running(), self.history, self.stack)
         self.log("healed and verified" + (f" (repaired: {'; '.join(repaired)})" if repaired else ""))
 
     def _attachment_ids(self) -> list[str]:
@@ -615,7 +632,8 @@ class ScenarioRun:
         budget = self.drain_budget()
         began = last_progress = time.monotonic()
         last_report, done_before = 0.0, -1
-        while time.monotonic() - last_progress < budget and time.monotonic() - began < 4 * budget:
+        while (time.monotonic() - last_progress < budget and time.monotonic() - began < 4 * budget
+               and not self.stopping.is_set()):
             states = [self.observer.states.get(a) for a in self.observer.ids]
             pending = [s for s in states if s not in TERMINAL]
             if not pending:
@@ -655,10 +673,11 @@ class ScenarioRun:
             self.supervisor.stop_all()
         if getattr(self, "role_tmp", None):
             shutil.rmtree(self.role_tmp, ignore_errors=True)
-        try:
-            self.stack.toxiproxy.reset()
-        except Exception as exc:
-            self.history.append("note", message="toxiproxy reset failed", error=repr(exc))
+        if self.tenant is not None:
+            try:
+                self.stack.close_tenant(self.tenant)
+            except Exception as exc:
+                self.history.append("note", message="removing the run's proxies failed", error=repr(exc))
 
 
 def check_run_dir(run_dir: Path, write: bool = True) -> dict:

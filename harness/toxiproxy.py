@@ -89,6 +89,26 @@ class Toxiproxy:
             self._server.populate([{"name": spec.name, "listen": f"127.0.0.1:{spec.listen_port}",
                                     "upstream": f"127.0.0.1:{spec.upstream_port}"}])
 
+    def create_proxy(self, name: str, upstream_port: int, listen_port: int = 0) -> int:
+        """A new enabled proxy; with ``listen_port`` 0 Toxiproxy binds a free port itself (no race with another
+        process taking it first). Returns the port it listens on."""
+        with _lock:
+            self._bind()
+            answer = _api.APIConsumer.post("/proxies", json={"name": name, "listen": f"127.0.0.1:{listen_port}",
+                                                             "upstream": f"127.0.0.1:{upstream_port}",
+                                                             "enabled": True}).json()
+        return int(str(answer["listen"]).rsplit(":", 1)[1])
+
+    def delete_proxy(self, name: str) -> None:
+        """Remove a proxy: its listener closes and its open connections drop."""
+        with _lock:
+            self._bind()
+            _api.APIConsumer.delete(f"/proxies/{name}")
+
+    def scoped(self, names: dict[str, str]) -> "ScopedToxiproxy":
+        """A view that acts on the proxies ``names`` maps each service to, and on nothing else."""
+        return ScopedToxiproxy(self, names)
+
     def proxies(self) -> dict[str, dict]:
         with _lock:
             self._bind()
@@ -142,3 +162,60 @@ class Toxiproxy:
 
     def is_clean(self) -> bool:
         return all(p["enabled"] and not p.get("toxics") for p in self.proxies().values())
+
+
+class ScopedToxiproxy:
+    """The faults of one run, on that run's own proxies (``service -> proxy name``): a cut or a reset here never
+    touches another run sharing the Toxiproxy server, so runs can go side by side on one stack."""
+
+    def __init__(self, server: Toxiproxy, names: dict[str, str]) -> None:
+        self.server, self.names = server, dict(names)
+
+    def _name(self, service: str) -> str:
+        try:
+            return self.names[service]
+        except KeyError:
+            raise ToxiproxyError(f"no proxy for service {service!r} in this run (has: {sorted(self.names)})") from None
+
+    def cut(self, service: str) -> None:
+        self.server.cut(self._name(service))
+
+    def restore(self, service: str) -> None:
+        self.server.restore(self._name(service))
+
+    def blackhole(self, service: str, stream: Stream = "downstream") -> str:
+        return self.server.blackhole(self._name(service), stream)
+
+    def reset_peer(self, service: str, after_ms: int = 0, stream: Stream = "downstream") -> str:
+        return self.server.reset_peer(self._name(service), after_ms, stream)
+
+    def latency(self, service: str, ms: int, jitter_ms: int = 0, stream: Stream = "downstream") -> str:
+        return self.server.latency(self._name(service), ms, jitter_ms, stream)
+
+    def limit_data(self, service: str, bytes_: int, stream: Stream = "downstream") -> str:
+        return self.server.limit_data(self._name(service), bytes_, stream)
+
+    def remove_toxic(self, service: str, toxic_name: str) -> None:
+        self.server.remove_toxic(self._name(service), toxic_name)
+
+    def toxics(self, service: str) -> list[str]:
+        return self.server.toxics(self._name(service))
+
+    def reset(self) -> None:
+        """Re-enable this run's proxies and remove their toxics (Toxiproxy's own reset would clear every run's)."""
+        for service, name in self.names.items():
+            for toxic in self.server.toxics(name):
+                self.server.remove_toxic(name, toxic)
+            self.server.restore(name)
+
+    def is_clean(self) -> bool:
+        mine = set(self.names.values())
+        return all(p["enabled"] and not p.get("toxics") for n, p in self.server.proxies().items() if n in mine)
+
+    def close(self) -> None:
+        """Delete this run's proxies (their ports close)."""
+        for name in self.names.values():
+            try:
+                self.server.delete_proxy(name)
+            except ToxiproxyError:
+                pass

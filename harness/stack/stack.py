@@ -55,6 +55,8 @@ class Tenant:
     bucket: str
     rabbitmq_management_url: str
     vhost: str
+    # service -> the Toxiproxy proxy its proxied URL goes through: the run's own proxies, or the stack's shared ones
+    proxy_names: dict[str, str] = field(default_factory=lambda: {name: name for name in SERVICES})
 
     def env(self, proxied: bool = True) -> dict[str, str]:
         urls = self.proxied if proxied else self.direct
@@ -206,20 +208,44 @@ class Stack:
     def toxiproxy(self) -> Toxiproxy:
         return self.toxiproxy_server.client()
 
-    def new_tenant(self, name: str) -> Tenant:
-        """A fresh database, vhost and bucket named after `name` (lower-cased, safe characters only)."""
+    def new_tenant(self, name: str, private_proxies: bool = False) -> Tenant:
+        """A fresh database, vhost and bucket named after `name` (lower-cased, safe characters only). With
+        ``private_proxies`` its proxied URLs go through Toxiproxy proxies of its own (removed by ``close_tenant``),
+        so its network faults reach no other tenant."""
         safe = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "tenant"
         db_name = safe.replace("-", "_")
         bucket = safe if len(safe) >= 3 else f"{safe}-bucket"
         self.postgres.create_database(db_name)
         self.rabbitmq.create_vhost(safe)
         self.s3.create_bucket(bucket)
-        pg, rmq, s3 = self.proxy_ports["postgres"], self.proxy_ports["rabbitmq"], self.proxy_ports["s3"]
+        names = {service: service for service in SERVICES}
+        ports = dict(self.proxy_ports)
+        if private_proxies:
+            upstreams = {"postgres": self.postgres.port, "rabbitmq": self.rabbitmq.amqp_port, "s3": self.s3.s3_port}
+            names = {service: f"{safe}-{service}" for service in SERVICES}
+            try:
+                for service in SERVICES:
+                    ports[service] = self.toxiproxy.create_proxy(names[service], upstreams[service])
+            except BaseException:
+                self.toxiproxy.scoped(names).close()
+                raise
+        pg, rmq, s3 = ports["postgres"], ports["rabbitmq"], ports["s3"]
         return Tenant(
             name=safe, bucket=bucket, vhost=safe, rabbitmq_management_url=self.rabbitmq_management_url,
             direct=ServiceUrls(self.postgres.url(db_name), self.rabbitmq.amqp_url(safe), self.s3.endpoint_url()),
             proxied=ServiceUrls(self.postgres.url(db_name, port=pg), self.rabbitmq.amqp_url(safe, port=rmq),
-                                self.s3.endpoint_url(port=s3)))
+                                self.s3.endpoint_url(port=s3)),
+            proxy_names=names)
+
+    def tenant_toxiproxy(self, tenant: Tenant):
+        """Network faults for one tenant, on the proxies its roles connect through and no others."""
+        return self.toxiproxy.scoped(tenant.proxy_names)
+
+    def close_tenant(self, tenant: Tenant) -> None:
+        """Remove the tenant's private proxies (its database, vhost and bucket stay for a post-mortem)."""
+        private = {s: n for s, n in tenant.proxy_names.items() if n != s}
+        if private:
+            self.toxiproxy.scoped(private).close()
 
     # --- service faults the nemesis needs -------------------------------------------------------
     def alive(self, name: str) -> bool:

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from harness import adapter
+from harness.defaults import DEFAULT_PARALLEL
 from harness.grade import grade
 from harness.schemas import REPO_ROOT
 
@@ -26,7 +27,8 @@ def test_go_example_grades_valid_at_level_4(stack, tmp_path):
     sut = adapter.load(GO_EXAMPLE / "adapter.toml")
     assert "relay" not in sut.roles and sut.window_role("after_publish_before_confirm") == "api"
     began = time.monotonic()
-    results, grade_dir = grade(sut, 4, seed=20261130, stack=stack, reports_dir=tmp_path)
+    results, grade_dir = grade(sut, 4, seed=20261130, stack=stack, reports_dir=tmp_path,
+                               parallel=DEFAULT_PARALLEL)
     print(f"\n[grade] go-pipeline at level 4 took {time.monotonic() - began:.1f}s")
     failing = {s["name"]: [f"{v['invariant']}: {v['summary']}" for v in s["verdicts"] if v["status"] != "valid"]
                or s.get("error") for s in results["scenarios"] if s["verdict"] != "valid"}

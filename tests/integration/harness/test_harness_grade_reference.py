@@ -8,6 +8,7 @@ import time
 import pytest
 
 from harness import adapter
+from harness.defaults import DEFAULT_PARALLEL
 from harness.grade import grade, recheck_grade
 
 pytestmark = pytest.mark.integration
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.integration
 
 def test_reference_grades_valid_at_level_4_under_five_minutes(stack, tmp_path):
     began = time.monotonic()
-    results, grade_dir = grade(adapter.load("reference"), 4, seed=20261129, stack=stack, reports_dir=tmp_path)
+    results, grade_dir = grade(adapter.load("reference"), 4, seed=20261129, stack=stack, reports_dir=tmp_path,
+                               parallel=DEFAULT_PARALLEL)
     took = time.monotonic() - began
     print(f"\n[grade] reference at level 4 took {took:.1f}s (target < 300 s); where the time went: "
           + ", ".join(f"{key} {value:.1f}s" for key, value in results["timings"].items()))
