@@ -218,6 +218,11 @@ func runSweeper(ctx context.Context, cfg config.Config) error {
 	}
 	reg := metrics.New()
 	s := &sweeper.Sweeper{Config: cfg, Store: db, Objects: objects}
+	if cfg.AMQPURL != "" {
+		queue := &broker.Session{URL: cfg.AMQPURL, Name: "gopipe-sweeper"}
+		defer queue.Close()
+		s.ReadyMessages = queue.ReadyMessages
+	}
 	s.Register(reg)
 	serveMetrics(ctx, cfg.MetricsAddr, reg)
 	slog.Info("sweeping", "every", cfg.SweepEvery, "staging_retention", cfg.StagingRetention)

@@ -160,3 +160,24 @@ func DeclareOnce(ctx context.Context, url, name string) error {
 	_, err := s.Channel(ctx)
 	return err
 }
+
+// ReadyMessages is how many messages wait in the work queue, undelivered
+// (a passive declare: it creates nothing). The sweeper asks before giving a
+// queued job a new message, since one still waiting there is not lost.
+func (s *Session) ReadyMessages(ctx context.Context) (int, error) {
+	ch, err := s.Channel(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var q amqp.Queue
+	err = s.Bounded(setupTimeout, func() error {
+		var e error
+		q, e = ch.QueueDeclarePassive(WorkQueue, true, false, false, false, nil)
+		return e
+	})
+	if err != nil {
+		s.Reset() // a failed passive declare closes the channel; the next call reopens it
+		return 0, err
+	}
+	return q.Messages, nil
+}

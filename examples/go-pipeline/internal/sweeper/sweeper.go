@@ -1,7 +1,8 @@
 // Package sweeper is the janitor: every few seconds it recovers lapsed leases
 // (processing -> queued with a new outbox message, or -> failed when no
 // attempt is left), expires queued jobs past their TTL (queued -> failed,
-// without a claim), re-announces queued jobs whose message went missing, and
+// without a claim), re-announces queued jobs whose message went missing (only
+// while the work queue holds no waiting message: a backlog is not a loss), and
 // removes staged originals that no committed attachment refers to once the
 // staging retention has passed. It never touches an object a record refers to.
 package sweeper
@@ -32,6 +33,9 @@ type Sweeper struct {
 	Config  config.Config
 	Store   *store.Store
 	Objects *storage.Store
+	// ReadyMessages counts the messages waiting in the work queue (nil: no
+	// broker, never re-announce).
+	ReadyMessages func(context.Context) (int, error)
 
 	expired, recovered, exhausted, nudged, orphans metrics.Counter
 
@@ -83,6 +87,17 @@ func (s *Sweeper) Once(ctx context.Context) {
 		return err
 	})
 	s.pass(ctx, "reannounce", func(c context.Context) error {
+		// A job's message that still waits in the queue is not lost, however
+		// old: re-announcing it would add a copy per job per period and grow
+		// the queue behind held or slow consumers. Only when nothing waits can
+		// a long-queued job's message be missing (dead-lettered, purged).
+		if s.ReadyMessages == nil {
+			return nil
+		}
+		waiting, err := s.ReadyMessages(c)
+		if err != nil || waiting > 0 {
+			return err
+		}
 		n, err := s.Store.NudgeStaleQueued(c, s.Config.StaleQueued, batch)
 		if n > 0 {
 			slog.Info("silent queued jobs re-announced", "count", n)
