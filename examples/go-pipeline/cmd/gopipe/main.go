@@ -84,7 +84,7 @@ func openStore(ctx context.Context, cfg config.Config, conns int32) (*store.Stor
 	if err := cfg.Require("DATABASE_URL"); err != nil {
 		return nil, err
 	}
-	return store.Open(ctx, cfg.DatabaseURL, conns)
+	return store.Open(ctx, cfg.DatabaseURL, conns, cfg.Lease)
 }
 
 func openObjects(cfg config.Config) (*storage.Store, error) {

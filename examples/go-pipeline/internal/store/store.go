@@ -8,6 +8,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -73,7 +74,11 @@ type Store struct {
 
 // Open connects lazily: the pool dials on first use, so a role starts even
 // while the database is unreachable and recovers when it comes back.
-func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
+//
+// idleTx bounds how long a transaction may sit idle on the server: a process
+// paused mid-transaction (SIGSTOP, a VM freeze) must not hold a job's row
+// lock past its lease, or the sweeper (SKIP LOCKED) could never recover it.
+func Open(ctx context.Context, url string, maxConns int32, idleTx time.Duration) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL: %w", err)
@@ -88,7 +93,7 @@ func Open(ctx context.Context, url string, maxConns int32) (*Store, error) {
 	cfg.ConnConfig.RuntimeParams["application_name"] = "gopipe"
 	// A statement may never hang longer than this on the server side either.
 	cfg.ConnConfig.RuntimeParams["statement_timeout"] = "15000"
-	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = "30000"
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(idleTx, time.Second).Milliseconds(), 10)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err

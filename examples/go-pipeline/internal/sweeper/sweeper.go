@@ -42,7 +42,19 @@ type Sweeper struct {
 	// scannedTo is the staging time up to which every staged object has been
 	// judged; each pass lists only from there (zero: from the beginning).
 	scannedTo time.Time
+
+	// blind: the last lease pass could not reach the database. graceUntil:
+	// after such an outage, lapsed leases are left alone until then.
+	blind      bool
+	graceUntil time.Time
 }
+
+// outageGrace is how many leases a worker cut off with the sweeper gets,
+// once the database is back, to revive its lease (a renewal still fenced by
+// its token) before the job is recovered as abandoned. A lease that ran out
+// while nobody could reach the database most likely ran out for that reason,
+// not because its worker died; recovering it would spend an attempt.
+const outageGrace = 2
 
 // Register adds the sweeper's counters to r.
 func (s *Sweeper) Register(r *metrics.Registry) {
@@ -70,7 +82,22 @@ func (s *Sweeper) Run(ctx context.Context) {
 // Once runs every pass once; a failing pass does not stop the others.
 func (s *Sweeper) Once(ctx context.Context) {
 	s.pass(ctx, "leases", func(c context.Context) error {
+		if s.blind || time.Now().Before(s.graceUntil) {
+			if err := s.Store.Ping(c); err != nil {
+				s.blind = true
+				return err
+			}
+			if s.blind {
+				s.blind = false
+				s.graceUntil = time.Now().Add(outageGrace * s.Config.Lease)
+				slog.Info("database back: lapsed leases get a grace to be revived", "until", s.graceUntil)
+			}
+			return nil
+		}
 		requeued, failed, err := s.Store.RecoverLapsedLeases(c, Actor, batch)
+		if err != nil {
+			s.blind = true
+		}
 		if requeued+failed > 0 {
 			slog.Info("lapsed leases recovered", "requeued", requeued, "failed_no_attempts_left", failed)
 		}

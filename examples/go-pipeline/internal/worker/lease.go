@@ -18,6 +18,13 @@ var errLeaseLost = errors.New("lease lost")
 // covers now with a safety margin. A process that was paused (SIGSTOP, a long
 // GC, a VM freeze) therefore finds its lease stale by its own clock on waking,
 // before any fenced write tells it so.
+//
+// A stale lease is not a lost one. When the renewals failed because the
+// database could not be reached (an outage longer than the lease), the keeper
+// goes on trying: a renewal still fenced by our token revives the lease if
+// nobody recovered the job meanwhile, and the attempt goes on (usable waits
+// for that). Only a renewal the database refuses — the sweeper or another
+// attempt took the job — loses it. An outage therefore costs no attempt.
 type keeper struct {
 	store  *store.Store
 	lease  store.Lease
@@ -28,11 +35,12 @@ type keeper struct {
 	mu         sync.Mutex
 	validUntil time.Time
 	lost       bool
+	changed    chan struct{} // closed and replaced on every renewal or loss
 }
 
 func newKeeper(s *store.Store, l store.Lease, claimedAt time.Time, length, every time.Duration) *keeper {
 	return &keeper{store: s, lease: l, length: length, every: every, margin: min(time.Second, length/4),
-		validUntil: claimedAt.Add(length)}
+		validUntil: claimedAt.Add(length), changed: make(chan struct{})}
 }
 
 func (k *keeper) valid() bool {
@@ -41,26 +49,43 @@ func (k *keeper) valid() bool {
 	return !k.lost && time.Now().Before(k.validUntil.Add(-k.margin))
 }
 
-// run renews every interval; it cancels the job with errLeaseLost when the
-// database refuses the renewal (another claim owns the job) or when no
-// renewal succeeded before the lease would have run out.
+// usable is valid(), except that a stale lease is waited on while the keeper
+// tries to revive it: true once renewed, false once lost or ctx ends.
+func (k *keeper) usable(ctx context.Context) bool {
+	for {
+		k.mu.Lock()
+		lost, ok, changed := k.lost, time.Now().Before(k.validUntil.Add(-k.margin)), k.changed
+		k.mu.Unlock()
+		if lost {
+			return false
+		}
+		if ok {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
+	}
+}
+
+func (k *keeper) notify() {
+	close(k.changed)
+	k.changed = make(chan struct{})
+}
+
+// run renews every interval; it cancels the job with errLeaseLost only when
+// the database refuses the renewal (another claim owns the job).
 func (k *keeper) run(ctx context.Context, cancel context.CancelCauseFunc) {
 	tick := time.NewTicker(k.every)
 	defer tick.Stop()
+	warned := false
 	for {
-		k.mu.Lock()
-		deadline := time.Until(k.validUntil.Add(-k.margin))
-		k.mu.Unlock()
-		expire := time.NewTimer(max(deadline, 0))
 		select {
 		case <-ctx.Done():
-			expire.Stop()
-			return
-		case <-expire.C:
-			k.lose(cancel, "no renewal before the lease ran out")
 			return
 		case <-tick.C:
-			expire.Stop()
 		}
 		sent := time.Now()
 		rctx, rcancel := context.WithTimeout(ctx, k.every)
@@ -71,13 +96,22 @@ func (k *keeper) run(ctx context.Context, cancel context.CancelCauseFunc) {
 			if ctx.Err() != nil {
 				return
 			}
-			slog.Warn("lease renewal failed; retrying", "job_id", k.lease.JobID, "err", err)
+			if !warned || !k.valid() {
+				slog.Warn("lease renewal failed; retrying (no new effect while the lease is stale)",
+					"job_id", k.lease.JobID, "err", err)
+				warned = true
+			}
 		case !ok:
 			k.lose(cancel, "fenced: another attempt owns the job")
 			return
 		default:
 			k.mu.Lock()
+			if warned && !time.Now().Before(k.validUntil.Add(-k.margin)) {
+				slog.Info("stale lease revived: nobody took the job meanwhile", "job_id", k.lease.JobID)
+			}
+			warned = false
 			k.validUntil = sent.Add(k.length)
+			k.notify()
 			k.mu.Unlock()
 		}
 	}
@@ -86,6 +120,7 @@ func (k *keeper) run(ctx context.Context, cancel context.CancelCauseFunc) {
 func (k *keeper) lose(cancel context.CancelCauseFunc, why string) {
 	k.mu.Lock()
 	k.lost = true
+	k.notify()
 	k.mu.Unlock()
 	slog.Warn("lease lost; stopping without new effects and without ack", "job_id", k.lease.JobID,
 		"attempt", k.lease.Attempt, "why", why)

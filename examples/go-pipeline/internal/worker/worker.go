@@ -309,7 +309,7 @@ func (w *Worker) run(ctx context.Context, d amqp.Delivery, job *store.Job, lease
 	if err == nil {
 		err = w.Failpoints.Hit(attemptCtx, failpoint.AfterS3WriteBeforeCommit)
 	}
-	if errors.Is(context.Cause(attemptCtx), errLeaseLost) || !k.valid() {
+	if errors.Is(context.Cause(attemptCtx), errLeaseLost) || !k.usable(attemptCtx) {
 		w.leaseLost(d, log)
 		return
 	}
@@ -374,7 +374,7 @@ func (w *Worker) render(ctx context.Context, job *store.Job) ([]imaging.Output, 
 // effect is started by an owner that lost the job, or after the TTL.
 func (w *Worker) write(ctx context.Context, k *keeper, job *store.Job, outputs []imaging.Output, skew time.Duration) error {
 	for _, o := range outputs {
-		if !k.valid() {
+		if !k.usable(ctx) {
 			return errLeaseLost
 		}
 		if !time.Now().Add(skew).Before(job.ExpiresAt) {
@@ -445,7 +445,7 @@ func (w *Worker) durably(ctx context.Context, k *keeper, write func(context.Cont
 		if err == nil {
 			return nil
 		}
-		if !k.valid() || ctx.Err() != nil {
+		if ctx.Err() != nil || !k.usable(ctx) {
 			return err
 		}
 		slog.Warn("fenced write failed; retrying while the lease holds", "err", err)
