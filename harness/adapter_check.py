@@ -34,8 +34,12 @@ TIMING_CHECKERS: dict[str, tuple[str, ...]] = {
     "staging_retention_seconds": ("staging_safety",),
     "sweep_interval_seconds": ("staging_safety",),
     "job_ttl_seconds": ("expiry",),
+    "stale_queued_seconds": ("redundant_publish",),
 }
 EVERY_SCENARIO = {"bounded_retries"}  # runs, and needs its timing, in every scenario
+# Timings an adapter may leave out without a problem (added after adapters were written): without one, the scenarios
+# that scale with it are skipped and its checks say unknown — a warning, never a refusal to grade.
+OPTIONAL_TIMINGS = {"stale_queued_seconds"}
 
 TOML_TYPES = {"object": "table", "array": "array", "string": "string", "integer": "integer", "number": "number",
               "boolean": "boolean", "null": "nothing"}
@@ -216,7 +220,7 @@ def _timing_problems(sut: adapter_mod.Adapter, catalogue, level: int, report: Re
 
     needed = set(TIMING_CHECKERS)
     for scenario in catalogue:
-        needed |= timings_needed(scenario.raw["faults"])
+        needed |= timings_needed(scenario.raw["faults"] + list(scenario.raw.get("clock_skew") or []))
     now = {s.name for s in for_grade(catalogue, sut, level)[0]}
     for name in sorted(needed - {k for k, v in sut.timings.items() if v is not None}):
         would_run, _ = for_grade(catalogue, _with_timing(sut, name), level)
@@ -237,6 +241,9 @@ def _timing_problems(sut: adapter_mod.Adapter, catalogue, level: int, report: Re
                 parts.append(f"all {len(unknown)} scenarios that run at level {level} would be unknown ({who})")
             else:
                 parts.append(f"{_names(unknown)} would be unknown ({who})")
+        if name in OPTIONAL_TIMINGS:
+            report.warnings.append(Problem(f"timings.{name}", "not declared (optional); without it " + " and ".join(parts)))
+            continue
         report.add(f"timings.{name}", "missing; without it " + " and ".join(parts))
 
 

@@ -42,6 +42,9 @@ def resolve_schedule(faults: list[dict], seed: int, timings: dict | None = None)
         step = {**DEFAULTS, **fault, "index": index}
         if "at" in fault:
             step["at"] = round(float(fault["at"]) + rng.uniform(0, float(fault.get("jitter", 0))), 3)
+        if fault.get("action") == "failpoint" and fault.get("pause") is not None:
+            # A pause whose length scales with a timing: the failpoint spec in milliseconds, at every hit.
+            step["spec"] = f"pause({int(round(float(fault['pause']) * 1000))})"
         if "delay" in fault:
             lo, hi = fault["delay"]
             step["delay_drawn"] = [round(rng.uniform(lo, hi), 3) for _ in range(int(fault.get("count", 1)))]

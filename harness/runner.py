@@ -27,7 +27,7 @@ import httpx
 
 from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
 
-from . import checkers, workload
+from . import checkers, clock, workload
 from .final_state import read_final
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
@@ -73,7 +73,8 @@ class ScenarioRun:
         w = scenario.raw["workload"]
         self.ops = workload.plan(self.seed, int(w.get("uploads", 0)), int(w.get("bad", 0)), int(w.get("poison", 0)),
                                  int(w.get("max_side", 96)), poison_at=w.get("poison_at") or (),
-                                 min_side=int(w.get("min_side", 16)))
+                                 min_side=int(w.get("min_side", 16)), heavy=int(w.get("heavy", 0)),
+                                 heavy_side=int(w.get("heavy_side", 4000)), hostile=w.get("hostile") or ())
         self.t0 = time.monotonic()
         self.timings_in_effect = adapter.timings
         self.sampler = None
@@ -200,6 +201,8 @@ class ScenarioRun:
                   "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": "", "TMPDIR": self.role_tmp}
         common.pop("VIRTUAL_ENV", None)
         self.env = {**common, **self.tenant.env(proxied=True)}
+        self.skew = clock.resolve(self.scenario.raw.get("clock_skew") or [], self.adapter,
+                                  self.scenario.raw.get("windows") or [], self.timings_in_effect)
         self.env_direct = self.tenant.env(proxied=False)
         setup = self.adapter.setup
         if setup:
@@ -223,9 +226,10 @@ class ScenarioRun:
                   for role in self.adapter.expand_roles([key])}
         for name, role in self.adapter.roles.items():
             command = self.adapter.resolve_command(role.command)
+            skew = self._skew_env(name)
             for index in range(int(counts.get(name, role.instances))):
                 instance = name if index == 0 else f"{name}#{index + 1}"
-                self.supervisor.add(instance, name, command, {**self.env, **role.env})
+                self.supervisor.add(instance, name, command, {**self.env, **role.env, **skew})
         # A failpoint armed before the workload is armed at first start: no extra restart needed; a role held
         # before the workload (a backlog builds up) is never started until its release.
         for step in self.schedule:
@@ -235,12 +239,43 @@ class ScenarioRun:
             if name not in self.held:
                 self.supervisor.start(name, self._first_start_env(name))
         self._wait_healthy()
+        self._verify_skew()
         # The topology may be declared by the roles at start, so the tap mirrors it only now (and keeps it in
         # sync); a work queue that only a held consumer declares appears later and is picked up then.
         self.tap.wait_for_topology(float(self.adapter.http.get("startup_timeout_seconds", 30)) / 3)
         self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
         self.observer.start()
         self.tap.start()
+
+    def _skew_env(self, role: str) -> dict:
+        """LD_PRELOAD=libfaketime + FAKETIME for a role the scenario's clock_skew names (harness/clock.py)."""
+        if role not in self.skew:
+            return {}
+        lib = clock.library()
+        if lib is None:
+            return {}
+        return clock.faketime_env(self.skew[role], lib, {**self.env, **self.adapter.roles[role].env})
+
+    def _verify_skew(self) -> None:
+        """Record, per skewed instance, whether its clock offset is shown to be in effect (harness/clock.py)."""
+        if not self.skew:
+            return
+        from .supervisor import group_members
+
+        lib = clock.library()
+        with httpx.Client(base_url=self.base_url) as client:
+            for name, instance in self.supervisor.instances.items():
+                if instance.role not in self.skew:
+                    continue
+                offset = self.skew[instance.role]
+                if lib is None:
+                    found = {"status": "unavailable", "reason": "libfaketime not found (Debian: apt-get install "
+                             "faketime; or set HARNESS_LIBFAKETIME)"}
+                else:
+                    http = self.adapter.http.get("health_path", "/healthz") if instance.role == self.adapter.http["role"] else None
+                    found = clock.verify(instance, offset, group_members, http, client if http else None)
+                self.history.append("observe", source="clock_skew", role=name, offset_seconds=offset, **found)
+                self.log(f"clock of {name} +{offset:g}s: {found['status']} ({found['reason']})")
 
     def _first_start_env(self, name: str) -> dict:
         arms = {}
@@ -433,6 +468,9 @@ class ScenarioRun:
                 self._hold(step)
                 self.hits[name] = threading.Event()
                 self.failpoints.arm(name, step["window"], step.get("spec", "1*crash"))
+            if "crash" not in str(step.get("spec", "1*crash")):
+                self._release(step)  # a pause or an error: the role keeps running, there is no crash to wait for
+                return
             hit = self.hits.setdefault(name, threading.Event()).wait(float(step.get("timeout", 30)))
             if hit and step.get("peek_queue"):
                 self._peek_while_down(step)

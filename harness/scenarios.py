@@ -105,7 +105,8 @@ def for_grade(scenarios, adapter, level: int) -> tuple[list[Scenario], list[tupl
         if lacking:
             skipped.append((s, f"adapter lacks {', '.join(lacking)}"))
             continue
-        unscalable = sorted(k for k in timings_needed(s.raw["faults"]) if adapter.timings.get(k) is None)
+        unscalable = sorted(k for k in timings_needed(s.raw["faults"] + list(s.raw.get("clock_skew") or []))
+                            if adapter.timings.get(k) is None)
         if unscalable:
             skipped.append((s, f"its faults scale with {', '.join(unscalable)}, which the adapter does not declare"))
             continue
@@ -118,6 +119,13 @@ def for_grade(scenarios, adapter, level: int) -> tuple[list[Scenario], list[tupl
         if unmapped:
             skipped.append((s, f"adapter maps no existing role to {', '.join(unmapped)} ([failpoints])"))
             continue
+        if s.raw.get("clock_skew"):
+            from .clock import cannot_skew
+
+            why = cannot_skew(adapter, s.raw)
+            if why:
+                skipped.append((s, why))
+                continue
         original = by_name.get(s.raw.get("fallback_for", ""))
         if original is not None and all(adapter.has(c) for c in original.requires) and original.level <= level:
             skipped.append((s, f"{original.name} runs instead (exact window)"))

@@ -59,6 +59,8 @@ def _init_pool_process(max_pixels: int) -> None:
 def make_pool(workers: int, limits: Limits) -> ProcessPoolExecutor:
     try:
         context = multiprocessing.get_context("forkserver")
+        # Processes forked later (a replacement after a time limit) start with Pillow already imported.
+        context.set_forkserver_preload(["reference.imaging"])
     except ValueError:  # pragma: no cover - platforms without forkserver
         context = multiprocessing.get_context("spawn")
     return ProcessPoolExecutor(
@@ -117,6 +119,14 @@ def _optimized(image: Image.Image) -> Image.Image:
 
 
 RENDERERS = {"thumbnail": _thumbnail, "crop": _crop, "optimized": _optimized}
+
+
+def warm_up(limits: Limits) -> int:
+    """Render a tiny image once (pool entry point), so a new pool process has loaded every codec it needs before
+    its first real render: a cold start is never charged to a job's decode time limit."""
+    buffer = io.BytesIO()
+    Image.new("RGBA", (8, 8), (1, 2, 3, 4)).save(buffer, format="PNG")
+    return len(render_variants(buffer.getvalue(), tuple(RENDERERS), limits))
 
 
 def render_variants(data: bytes, variants: tuple[str, ...] | list[str], limits: Limits) -> list[RenderedVariant]:

@@ -7,7 +7,10 @@ before that commit leaves the rows unpublished: they are published again and
 the worker deduplicates (at-least-once). The relay wakes on LISTEN/NOTIFY
 (trigger on outbox inserts) with a polling fallback, and also at the earliest
 ``available_at`` so delayed retries leave on time. Broker or database outages
-end the session; it reconnects with jittered backoff.
+end the session; it reconnects with jittered backoff. A row the broker refuses
+is deferred with backoff; a row whose message can never pass the message schema
+is never deferred: it is settled as dead and its job ends ``failed`` with
+``unpublishable_message`` (metric ``reference_outbox_publish_failures_total{kind="unpublishable"}``).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from reference.backoff import FullJitterBackoff, reconnect_delays
 from reference.db.pool import connect
 from reference.db.queries import queries
 from reference.failpoints import Failpoints
-from reference.messages import JobMessage
+from reference.messages import InvalidMessage, JobMessage
 from reference.runtime import sleep_or_stop
 
 log = logging.getLogger("reference.relay")
@@ -33,6 +36,8 @@ PUBLISH_TIMEOUT_SECONDS = 10.0
 # Rows that are due but locked by another relay mid-publish (SKIP LOCKED) must not make this one spin:
 # after an empty drain it waits at least this long for them (a NOTIFY still wakes it at once).
 CONTENDED_WAIT_SECONDS = 0.2
+# error_code of a job whose message can never pass schemas/jobs.schema.json (terminal, never retried).
+UNPUBLISHABLE_ERROR_CODE = "unpublishable_message"
 
 
 class Relay:
@@ -116,7 +121,7 @@ class Relay:
                 waiter.cancel()
 
     async def _drain_once(self, work: psycopg.AsyncConnection, exchange) -> int:
-        """Publish one batch of due rows; returns how many were confirmed."""
+        """Publish one batch of due rows; returns how many were confirmed (or settled as unpublishable)."""
         broken: BaseException | None = None
         async with work.transaction():
             cursor = await work.execute(queries().outbox_fetch, {"limit": self.settings.relay_batch_size})
@@ -124,9 +129,18 @@ class Relay:
             if not rows:
                 return 0
             await self.failpoints.ahit("after_commit_before_publish")
-            outcomes = await asyncio.gather(*(self._publish(exchange, row) for row in rows), return_exceptions=True)
+            # A message that fails the schema now fails it on every later try: it is never put on the
+            # wire, and its row gets a terminal outcome below instead of a deferral.
+            messages, unpublishable = [], []
+            for row in rows:
+                try:
+                    messages.append((row, build_message(row)))
+                except InvalidMessage as exc:
+                    unpublishable.append((row, exc))
+            outcomes = await asyncio.gather(*(self._publish(exchange, message) for _, message in messages),
+                                            return_exceptions=True)
             confirmed, refused = [], []
-            for row, outcome in zip(rows, outcomes):
+            for (row, _), outcome in zip(messages, outcomes):
                 if outcome is True:
                     confirmed.append(row["id"])
                 elif isinstance(outcome, (aio_pika.exceptions.DeliveryError, aio_pika.exceptions.PublishError,
@@ -146,23 +160,51 @@ class Relay:
                 await work.execute(queries().outbox_defer, {
                     "ids": [row["id"]], "error": str(outcome)[:500], "delay_seconds": delay,
                 })
+            for row, exc in unpublishable:
+                await self._bury(work, row, exc)
         metrics.OUTBOX_PUBLISHED.inc(len(confirmed))
         if broken is not None:
             metrics.OUTBOX_FAILURES.labels("connection").inc()
             raise broken if isinstance(broken, Exception) else ConnectionError(str(broken))
-        return len(confirmed)
+        return len(confirmed) + len(unpublishable)
 
-    async def _publish(self, exchange, row) -> bool:
-        job = JobMessage(
-            job_id=row["job_id"], attempt=row["attempt"], attachment_id=row["attachment_id"],
-            pipeline_version=row["pipeline_version"], variants=tuple(row["variants"]),
-            created_at=row["created_at"], expires_at=row["expires_at"],
-            traceparent=row["traceparent"], tracestate=row["tracestate"],
-        )
-        message = aio_pika.Message(job.to_body(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
-                                   app_id="reference-relay", **job.amqp_properties())
+    async def _bury(self, work: psycopg.AsyncConnection, row, exc: InvalidMessage) -> None:
+        """Terminal outcome of a row whose message can never be published: the row is settled (dead) and,
+        when it carries the job's current queued attempt, the job ends failed/UNPUBLISHABLE_ERROR_CODE."""
+        cursor = await work.execute(queries().outbox_bury_unpublishable, {
+            "id": row["id"], "error": str(exc)[:500], "error_code": UNPUBLISHABLE_ERROR_CODE, "actor": "relay",
+        })
+        done = await cursor.fetchone()
+        metrics.OUTBOX_FAILURES.labels("unpublishable").inc()
+        if done and done["failed_job_id"] is not None:
+            log.error("outbox row %s of job %s attempt %s can never be published (%s): job failed/%s",
+                      row["id"], row["job_id"], row["attempt"], exc, UNPUBLISHABLE_ERROR_CODE)
+        else:
+            log.error("outbox row %s of job %s attempt %s can never be published (%s): row settled, "
+                      "the job is not queued at that attempt", row["id"], row["job_id"], row["attempt"], exc)
+
+    async def _publish(self, exchange, message: aio_pika.Message) -> bool:
         result = await exchange.publish(message, topology.ROUTING_KEY, mandatory=True,
                                         timeout=PUBLISH_TIMEOUT_SECONDS)
         if not isinstance(result, Basic.Ack):
             raise aio_pika.exceptions.DeliveryError(None, result)
         return True
+
+
+def build_message(row) -> aio_pika.Message:
+    """The AMQP message of an outbox row; raises InvalidMessage when it can never pass the schema."""
+    try:
+        job = JobMessage(
+            job_id=row["job_id"], attempt=row["attempt"], attachment_id=row["attachment_id"],
+            pipeline_version=row["pipeline_version"], variants=tuple(row["variants"] or ()),
+            created_at=row["created_at"], expires_at=row["expires_at"],
+            traceparent=row["traceparent"], tracestate=row["tracestate"],
+        )
+        body = job.to_body()  # validates against schemas/jobs.schema.json
+        properties = job.amqp_properties()
+    except InvalidMessage:
+        raise
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:  # a value no message can carry
+        raise InvalidMessage(f"cannot build the message: {type(exc).__name__}: {str(exc)[:200]}") from None
+    return aio_pika.Message(body, delivery_mode=aio_pika.DeliveryMode.PERSISTENT, app_id="reference-relay",
+                            **properties)

@@ -92,6 +92,13 @@ class Settings(BaseSettings):
     max_pixels: int = Field(40_000_000, ge=1)
     max_side: int = Field(20_000, ge=1)
     max_frames: int = Field(100, ge=1)
+    # Uploads in progress in one API process; the next one gets 503 + Retry-After before its body is read.
+    max_concurrent_uploads: int = Field(32, ge=1, le=10_000)
+    # The API's own decoding (integrity check of a file without its format's trailer) runs in this many
+    # sandbox processes, each decode killed past the limit (422 decode_timeout); waiting for a free one is
+    # bounded by the same limit (503 + Retry-After).
+    upload_decode_workers: int = Field(2, ge=1, le=64)
+    upload_decode_timeout_seconds: float = Field(10.0, gt=0)
 
     # --- timeouts ---
     shutdown_grace_seconds: float = Field(25.0, gt=0)

@@ -111,6 +111,8 @@ class ObjectStore:
         self._call(self.client.delete_object, Key=key)
 
     def list_prefix(self, prefix: str) -> Iterator[ListedObject]:
+        """Every object under ``prefix``, page by page (1000 keys a call). For tools and tests: no role lists
+        the bucket in its loop — the staging sweep works from the staged_uploads records (costs what is due)."""
         token = None
         while True:
             kwargs = {"Prefix": prefix, "MaxKeys": 1000}

@@ -1,37 +1,48 @@
 """Sweeper (level 4): recovers stuck work and cleans staging.
 
-Every SWEEP_INTERVAL_SECONDS:
+Two independent loops, so a slow store never delays lease recovery:
+
+Recovery, every SWEEP_INTERVAL_SECONDS:
 
 1. processing jobs whose lease expired (worker died or paused) → queued as a
    new attempt with a new outbox row, so the relay republishes (or failed when
    the attempt budget is spent);
-2. queued jobs with no message in flight for STALE_QUEUED_SECONDS get a new
-   outbox row (safety net for a message lost at the broker);
-3. failed jobs older than FAILED_RETENTION_SECONDS release their original;
-4. staging objects older than STAGING_RETENTION_SECONDS are deleted when no
-   attachment records them (upload died after staging: never accepted) or
-   when their attachment released them. Objects of live work are never
-   touched: the API refuses to record an upload whose staging object is older
-   than half the retention.
-5. idempotency keys and published outbox rows past their retention are pruned.
+2. queued jobs whose message is gone get a new outbox row (safety net for a
+   message lost at the broker: dead-lettered, purged). A message that merely
+   waits in the work queue is not lost: the net acts only while the work queue
+   holds no ready message at all (asked of the broker with a passive declare),
+   and only for jobs published at least STALE_QUEUED_SECONDS ago. A backlog
+   behind held or slow consumers therefore never gets a second copy per job;
+3. failed jobs older than FAILED_RETENTION_SECONDS release their original
+   (its key is doomed in staged_uploads);
+4. idempotency keys and published outbox rows past their retention are pruned.
+
+Staging cleanup, in its own loop: every object the API stages has a row in
+``staged_uploads`` written BEFORE the PUT and dated by the database's clock;
+recording the upload removes the row. A row older than
+STAGING_RETENTION_SECONDS by the database's ``now()`` is an upload that was
+never recorded: it is doomed (the API then refuses to record it), its object
+deleted, the row forgotten. No role's clock and no S3 LastModified takes part,
+and a sweep costs what is due — it never lists the bucket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
 
-from reference import metrics
+import aio_pika
+
+from reference import metrics, topology
 from reference.db.pool import open_pool
 from reference.db.queries import queries
-from reference.keys import STAGING_PREFIX
 from reference.runtime import sleep_or_stop
 from reference.storage import ObjectStore
 
 log = logging.getLogger("reference.sweeper")
 BATCH = 500
 PRUNE_EVERY_SECONDS = 300.0
+LEASE_OUTAGE_GRACE = 2.0  # leases given to cut-off workers after the sweeper's own database outage
 
 
 class Sweeper:
@@ -39,39 +50,43 @@ class Sweeper:
         self.settings = settings
         self.store = ObjectStore.from_settings(settings)
         self.db = None
+        self._amqp = None
         self._last_prune = float("-inf")
-        self._last_staging_sweep = float("-inf")
-        # Listing staging/ costs O(objects): at most every minute, more often only
-        # when the retention itself is short (tests, the fault harness).
-        self.staging_sweep_every = max(settings.sweep_interval_seconds,
-                                       min(60.0, settings.staging_retention_seconds / 4))
+        self._blind = False  # the last lease recovery could not reach the database (see _expire_leases)
+        self._grace_until = float("-inf")
+        # Staging cleanup costs what is due; it runs often enough that an orphan outlives its retention by
+        # at most a fraction of it (tests and the fault harness use retentions of seconds).
+        self.staging_sweep_every = max(0.2, min(settings.sweep_interval_seconds,
+                                                settings.staging_retention_seconds / 4))
 
     async def run(self, stop: asyncio.Event) -> None:
-        self.db = await open_pool(self.settings, "reference-sweeper", min_size=1, max_size=2)
+        self.db = await open_pool(self.settings, "reference-sweeper", min_size=1, max_size=3)
         try:
-            while not stop.is_set():
-                try:
-                    await self.sweep_once()
-                except Exception as exc:
-                    log.warning("sweep failed (%s: %s); next sweep in %.1fs", type(exc).__name__, exc,
-                                self.settings.sweep_interval_seconds)
-                await sleep_or_stop(stop, self.settings.sweep_interval_seconds)
+            await asyncio.gather(
+                self._loop(stop, "recovery", self.sweep_once, self.settings.sweep_interval_seconds),
+                self._loop(stop, "staging", self.sweep_staging, self.staging_sweep_every),
+            )
         finally:
+            await self._close_amqp()
             await self.db.close(timeout=2)
 
+    async def _loop(self, stop: asyncio.Event, name: str, sweep, every: float) -> None:
+        while not stop.is_set():
+            try:
+                await sweep()
+            except Exception as exc:
+                log.warning("%s sweep failed (%s: %s); next in %.1fs", name, type(exc).__name__, exc, every)
+            await sleep_or_stop(stop, every)
+
     async def sweep_once(self) -> dict[str, int]:
+        """One recovery sweep (leases, lost messages, failed retention, pruning); never touches the store."""
         counts = {
-            "leases_expired": await self._repeat(queries().expire_leases, {
-                "batch": BATCH, "max_attempts": self.settings.max_attempts}),
-            "queued_republished": await self._repeat(queries().republish_stale_queued, {
-                "batch": BATCH, "stale_seconds": self.settings.stale_queued_seconds}),
+            "leases_expired": await self._expire_leases(),
+            "queued_republished": await self._republish_lost(),
             "originals_released": await self._repeat(queries().release_failed_originals, {
                 "batch": BATCH, "retention_seconds": self.settings.failed_retention_seconds}),
         }
         loop_time = asyncio.get_running_loop().time()
-        if loop_time - self._last_staging_sweep >= self.staging_sweep_every:
-            self._last_staging_sweep = loop_time
-            counts["staging_deleted"] = await self.sweep_staging()
         if loop_time - self._last_prune >= min(PRUNE_EVERY_SECONDS, self.settings.sweep_interval_seconds * 30):
             self._last_prune = loop_time
             async with self.db.connection() as conn:
@@ -79,11 +94,40 @@ class Sweeper:
                                    {"ttl_seconds": self.settings.idempotency_ttl_seconds})
                 await conn.execute(queries().prune_outbox,
                                    {"retention_seconds": self.settings.outbox_retention_seconds})
+        self._count(counts)
+        return counts
+
+    def _count(self, counts: dict[str, int]) -> None:
         for action, count in counts.items():
             if count:
                 metrics.SWEEPS.labels(action).inc(count)
                 log.info("sweep: %s %d", action, count)
-        return counts
+
+    async def _expire_leases(self) -> int:
+        """Expired leases back to queued (a new attempt, after a backoff) — except right after an outage of our
+        own: a lease that ran out while the sweeper could not reach the database either ran out, most likely,
+        because its worker could not reach it to renew. That worker is given LEASE_OUTAGE_GRACE leases after
+        the database came back to revive its lease (worker: renew_lease revives a lapsed lease nobody
+        recovered), so an outage does not spend the job's attempts. A dead worker's job is recovered that much
+        later, only after an outage."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self._blind:
+                async with self.db.connection() as conn:
+                    await conn.execute(queries().db_now)
+                self._blind = False
+                self._grace_until = loop.time() + LEASE_OUTAGE_GRACE * self.settings.lease_seconds
+                log.info("database reachable again: lease recovery waits %.1fs for cut-off workers to renew",
+                         self._grace_until - loop.time())
+            if loop.time() < self._grace_until:
+                return 0
+            return await self._repeat(queries().expire_leases, {
+                "batch": BATCH, "max_attempts": self.settings.max_attempts,
+                "retry_base_seconds": self.settings.retry_base_seconds,
+                "retry_cap_seconds": self.settings.retry_cap_seconds})
+        except Exception:
+            self._blind = True
+            raise
 
     async def _repeat(self, sql: str, params: dict) -> int:
         total = 0
@@ -95,20 +139,66 @@ class Sweeper:
             if len(rows) < params["batch"]:
                 return total
 
+    # --- lost messages ----------------------------------------------------------------------------
+    async def _republish_lost(self) -> int:
+        """Republish queued jobs whose message is gone — only while the work queue holds no ready message.
+
+        A ready message in the queue may be any stale job's own: republishing then only adds a copy per job per
+        period behind a held consumer (the queue grows to its max length and new uploads back off). With no
+        ready message, a queued job published long ago has nothing waiting for it. Broker unreachable: skip."""
+        ready = await self._work_queue_ready()
+        if ready is None or ready > 0:
+            return 0
+        return await self._repeat(queries().republish_stale_queued, {
+            "batch": BATCH, "stale_seconds": self.settings.stale_queued_seconds})
+
+    async def _work_queue_ready(self) -> int | None:
+        try:
+            if self._amqp is None or self._amqp.is_closed:
+                await self._close_amqp()
+                self._amqp = await aio_pika.connect(
+                    self.settings.amqp_url, timeout=self.settings.db_connect_timeout_seconds,
+                    heartbeat=self.settings.heartbeat_seconds,
+                    client_properties={"connection_name": "reference-sweeper"})
+            channel = await self._amqp.channel()
+            try:
+                queue = await channel.declare_queue(topology.QUEUE, passive=True)
+                return int(queue.declaration_result.message_count)
+            finally:
+                if not channel.is_closed:
+                    await channel.close()
+        except Exception as exc:  # no broker, no queue yet: nothing can be republished now anyway
+            log.info("work queue depth unknown (%s: %s); lost-message check skipped", type(exc).__name__, exc)
+            await self._close_amqp()
+            return None
+
+    async def _close_amqp(self) -> None:
+        if self._amqp is not None:
+            try:
+                await asyncio.wait_for(self._amqp.close(), 2.0)
+            except Exception:
+                pass
+            self._amqp = None
+
+    # --- staging ----------------------------------------------------------------------------------
     async def sweep_staging(self) -> int:
-        cutoff = datetime.now(timezone.utc) - timedelta(seconds=self.settings.staging_retention_seconds)
-        candidates = await asyncio.to_thread(
-            lambda: [obj.key for obj in self.store.list_prefix(STAGING_PREFIX) if obj.last_modified < cutoff])
+        """Doom staging records past the retention (database clock), delete their objects, forget them."""
+        doomed = await self._repeat(queries().doom_staged_uploads, {
+            "batch": BATCH, "retention_seconds": self.settings.staging_retention_seconds})
         deleted = 0
-        for start in range(0, len(candidates), BATCH):
-            keys = candidates[start:start + BATCH]
+        while True:
             async with self.db.connection() as conn:
-                cursor = await conn.execute(queries().staging_owners, {"keys": keys})
-                owners = {row["original_key"]: row["released"] for row in await cursor.fetchall()}
-            for key in keys:
-                if key in owners and not owners[key]:
-                    continue  # live or kept original of a recorded attachment
+                cursor = await conn.execute(queries().doomed_staged_uploads, {"batch": BATCH})
+                keys = [row["object_key"] for row in await cursor.fetchall()]
+            if not keys:
+                break
+            for key in keys:  # a failure leaves the rest doomed: the next sweep retries them
                 await asyncio.to_thread(self.store.delete, key)
-                deleted += 1
-                log.info("deleted staging object %s (%s)", key, "released" if key in owners else "never recorded")
+                log.info("deleted staging object %s (never recorded, or released)", key)
+            async with self.db.connection() as conn:
+                await conn.execute(queries().forget_staged_uploads, {"keys": keys})
+            deleted += len(keys)
+            if len(keys) < BATCH:
+                break
+        self._count({"staging_doomed": doomed, "staging_deleted": deleted})
         return deleted

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
+import functools
 import json
 import logging
 import time
@@ -27,7 +30,7 @@ from reference.backoff import AttemptBudget, FullJitterBackoff, reconnect_delays
 from reference.db.pool import open_pool
 from reference.db.queries import queries
 from reference.failpoints import FailpointError, Failpoints
-from reference.keys import variant_key
+from reference.keys import fencing_token_of_variant_key, variant_key, variant_prefix
 from reference.lease import Lease, LeaseLost
 from reference.messages import InvalidMessage, JobMessage, parse
 from reference.runtime import process_identity, sleep_or_stop
@@ -36,6 +39,11 @@ from reference.storage import ObjectMissing, ObjectStore, StorageUnavailable, sh
 log = logging.getLogger("reference.worker")
 
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+# The database's condition, not the job's: waited out like an outage (a read-only database, e.g. a failover).
+DB_UNAVAILABLE = (*DB_ERRORS, psycopg.errors.ReadOnlySqlTransaction)
+UNEXPECTED_BACKOFF_CAP_SECONDS = 30.0
+RELEASE_TIMEOUT_SECONDS = 1.0
+COMMIT_REFUSALS = 3  # a fenced commit refused this often while the job still looks ours: give it up (nack)
 TRANSIENT_ERRORS = (StorageUnavailable, FailpointError, concurrent.futures.process.BrokenProcessPool,
                     asyncio.TimeoutError, ConnectionError, *DB_ERRORS)
 
@@ -44,45 +52,130 @@ class Stopping(Exception):
     """Shutdown began while waiting for a dependency."""
 
 
+class JobExpired(Exception):
+    """The job's deadline passed before its first effect (re-checked after fetch and render)."""
+
+
+class SessionEnded(Exception):
+    """The broker session of a delivery ended before the delivery got a processing slot."""
+
+
+_SESSION: contextvars.ContextVar = contextvars.ContextVar("broker_session", default=None)
+
+
+class _Session:
+    """One broker session (connection + channel + consumer). Its deliveries can only be settled on its channel."""
+
+    def __init__(self):
+        self.ended = asyncio.Event()
+        self.reason = ""
+        self.waiting: set[asyncio.Task] = set()  # its deliveries still waiting for a processing slot
+
+    def end(self, reason: str) -> None:
+        if self.ended.is_set():
+            return
+        self.reason = reason
+        self.ended.set()
+        for task in list(self.waiting):  # gone with the channel: the broker redelivers them
+            task.cancel()
+
+
+async def _wait_any(*events: asyncio.Event, timeout: float) -> None:
+    waiters = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
 class RenderPool:
-    """The Pillow process pool, rebuilt if a pool process dies or hangs."""
+    """Pillow renders in child processes, each process rendering one image at a time.
+
+    Every image worker is a single-process executor of its own. A render first waits for an idle process — outside
+    its time limit — and only then starts its clock: the limit bounds the render's OWN decode and encode, never the
+    time it queued behind a slow neighbour. A render over its limit (or cancelled) kills and replaces only its own
+    process, so no neighbour's render is cancelled, broken or timed out by it; a replacement is warmed up before it
+    takes work, so its start-up is not charged to the next render either."""
 
     def __init__(self, workers: int, limits: imaging.Limits, timeout_seconds: float):
         self.workers, self.limits, self.timeout = workers, limits, timeout_seconds
-        self.executor = imaging.make_pool(workers, limits)
+        self.executors = {imaging.make_pool(1, limits) for _ in range(workers)}
+        self.idle: asyncio.Queue = asyncio.Queue()
+        for executor in self.executors:
+            self.idle.put_nowait(executor)
+        self.starting: set[asyncio.Task] = set()
 
     def warm_up(self) -> None:
-        # Start the forkserver and pool processes now, before any socket is opened.
-        list(self.executor.map(abs, range(self.workers)))
+        # Start the forkserver and every pool process now, before any socket is opened.
+        for future in [executor.submit(imaging.warm_up, self.limits) for executor in self.executors]:
+            future.result()
 
     async def render(self, data: bytes, variants: tuple[str, ...]) -> list[imaging.RenderedVariant]:
-        executor = self.executor
+        executor = await self.idle.get()  # queueing for a process is not part of the time limit
         future = asyncio.get_running_loop().run_in_executor(executor, imaging.render_variants, data, variants,
                                                             self.limits)
         try:
-            return await asyncio.wait_for(future, self.timeout)
+            result = await asyncio.wait_for(future, self.timeout)
         except asyncio.TimeoutError:
             self._replace(executor, "decode time limit exceeded")
-            raise imaging.ImageRejected("decode_timeout", f"over {self.timeout:.0f}s") from None
+            raise imaging.ImageRejected("decode_timeout", f"over {self.timeout:g}s") from None
         except concurrent.futures.process.BrokenProcessPool:
-            self._replace(executor, "a pool process died")
+            self._replace(executor, "its process died")
             raise
+        except asyncio.CancelledError:
+            self._replace(executor, "its render was cancelled")  # the process may still be busy with it
+            raise
+        except BaseException:
+            self.idle.put_nowait(executor)  # the render itself raised (ImageRejected): the process is fine
+            raise
+        self.idle.put_nowait(executor)
+        return result
 
     def _replace(self, executor, why: str) -> None:
-        if executor is not self.executor:
+        log.warning("replacing one image process: %s", why)
+        self.executors.discard(executor)
+        _kill(executor)
+        replacement = imaging.make_pool(1, self.limits)
+        self.executors.add(replacement)
+        task = asyncio.get_running_loop().create_task(self._start(replacement))
+        self.starting.add(task)
+        task.add_done_callback(self.starting.discard)
+
+    async def _start(self, executor) -> None:
+        """Make the replacement's process ready, then let it take work."""
+        try:
+            await asyncio.get_running_loop().run_in_executor(executor, imaging.warm_up, self.limits)
+        except Exception as exc:  # could not start: try a fresh one, never lose the slot
+            log.warning("image process did not start (%s); retrying", type(exc).__name__)
+            self.executors.discard(executor)
+            _kill(executor)
+            await asyncio.sleep(0.5)
+            replacement = imaging.make_pool(1, self.limits)
+            self.executors.add(replacement)
+            await self._start(replacement)
             return
-        log.warning("replacing the image pool: %s", why)
-        self.executor = imaging.make_pool(self.workers, self.limits)
-        processes = list(getattr(executor, "_processes", {}).values())  # no public API to kill a hung task
-        executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            try:
-                process.kill()
-            except Exception:
-                pass
+        if executor in self.executors:
+            self.idle.put_nowait(executor)
+        else:  # shut down meanwhile
+            _kill(executor)
 
     def shutdown(self) -> None:
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        for task in list(self.starting):
+            task.cancel()
+        for executor in list(self.executors):
+            _kill(executor)
+        self.executors.clear()
+
+
+def _kill(executor) -> None:
+    processes = list((getattr(executor, "_processes", None) or {}).values())  # no public API to kill a busy one
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        try:
+            process.kill()
+        except Exception:
+            pass
 
 
 class Worker:
@@ -133,36 +226,65 @@ class Worker:
             await self.db.close(timeout=2)
 
     async def _consume_session(self, stop: asyncio.Event) -> bool:
+        """One broker session: consume until stop, or until the session can no longer deliver — the connection
+        closed, the channel closed by the broker (e.g. a consumer timeout), or the consumer cancelled by the broker
+        (e.g. its queue deleted). Any of these ends the session, and ``run`` opens a new one; a session that merely
+        looks connected while nothing is delivered never lingers."""
         connection = await aio_pika.connect(self.settings.amqp_url, timeout=self.settings.db_connect_timeout_seconds,
                                             heartbeat=self.settings.heartbeat_seconds,
                                             client_properties={"connection_name": self.identity})
-        closed = asyncio.Event()
-        connection.close_callbacks.add(lambda *_: closed.set())
+        session = _Session()
+        connection.close_callbacks.add(lambda *_: session.end("connection closed"))
         try:
             channel = await connection.channel(publisher_confirms=True)
+            channel.close_callbacks.add(lambda _channel, exc=None: session.end(f"channel closed ({exc!r})"))
+            underlay = await channel.get_underlay_channel()
+            underlay.on_consumer_cancel_callbacks.add(lambda frame: session.end("consumer cancelled by the broker"))
             await channel.set_qos(prefetch_count=self.settings.effective_prefetch)
             await topology.declare(channel, topology.config_from_settings(self.settings))
             self.dead_letter_exchange = await channel.get_exchange(topology.DEAD_LETTER_EXCHANGE, ensure=False)
             queue = await channel.get_queue(topology.QUEUE, ensure=False)
-            consumer_tag = await queue.consume(self._on_message, no_ack=False)
+            # One process-wide bound on deliveries in flight, across sessions: deliveries of an earlier session
+            # still being processed count against it, so this session takes none before they are done.
+            if not await self._wait_for_earlier_sessions(stop, session):
+                return True
+            consumer_tag = await queue.consume(functools.partial(self._on_message, session=session), no_ack=False)
             log.info("consuming %s", topology.QUEUE)
-            waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(closed.wait())]
-            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-            for waiter in waiters:
-                waiter.cancel()
-            if stop.is_set() and not closed.is_set():
+            while not (stop.is_set() or session.ended.is_set()):
+                if connection.is_closed or channel.is_closed:  # belt and braces: a close with no callback
+                    session.end("channel or connection found closed")
+                    break
+                await _wait_any(stop, session.ended, timeout=1.0)
+            if stop.is_set() and not session.ended.is_set():
                 # Graceful: no new deliveries, let in-flight work finish and ack.
                 try:
                     await asyncio.wait_for(queue.cancel(consumer_tag), 2.0)
                 except Exception:
                     pass
                 await self._drain_in_flight()
+            else:
+                log.warning("broker session ended: %s; reconnecting", session.reason)
             return True
         finally:
+            session.end("session closed")
             try:
                 await asyncio.wait_for(connection.close(), 2.0)
             except Exception:
                 pass
+
+    async def _wait_for_earlier_sessions(self, stop: asyncio.Event, session: "_Session") -> bool:
+        """Wait until no delivery of an earlier session is in flight (True), or stop / this session ended (False).
+        Those deliveries can no longer be settled (the broker has already returned them), but work that started
+        on them finishes its transition; only then may this session take ``prefetch`` new deliveries."""
+        logged = False
+        while self.tasks:
+            if stop.is_set() or session.ended.is_set():
+                return False
+            if not logged:
+                log.info("waiting for %d deliveries of an earlier broker session before consuming", len(self.tasks))
+                logged = True
+            await asyncio.wait(set(self.tasks), timeout=0.5)
+        return not (stop.is_set() or session.ended.is_set())
 
     async def _drain_in_flight(self) -> None:
         if not self.tasks:
@@ -174,16 +296,50 @@ class Worker:
         if pending:
             await asyncio.wait(pending, timeout=2.0)
 
-    async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage) -> None:
-        task = asyncio.create_task(self._handle(message))
+    async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage,
+                          session: "_Session | None" = None) -> None:
+        task = asyncio.create_task(self._deliver(message, session))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    async def _deliver(self, message, session: "_Session | None") -> None:
+        token = _SESSION.set(session)
+        try:
+            await self._handle(message)
+        except (SessionEnded, asyncio.CancelledError):
+            if session is None or not session.ended.is_set():
+                raise
+            # Its session ended before it got a slot: the broker has returned the delivery; nothing to settle.
+        finally:
+            _SESSION.reset(token)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self):
+        """A process-wide processing slot (WORKER_CONCURRENCY across every broker session). A delivery of a session
+        that ends while it waits gives up its place: it is never processed after its channel is gone."""
+        session = _SESSION.get()
+        task = asyncio.current_task()
+        if session is not None:
+            if session.ended.is_set():
+                raise SessionEnded()
+            session.waiting.add(task)
+        try:
+            await self.slots.acquire()
+        finally:
+            if session is not None:
+                session.waiting.discard(task)
+        try:
+            if session is not None and session.ended.is_set():
+                raise SessionEnded()
+            yield
+        finally:
+            self.slots.release()
 
     # ----------------------------------------------------------- one delivery
 
     async def _handle(self, message) -> None:
         received_at = time.monotonic()
-        async with self.slots:
+        async with self._slot():
             metrics.IN_FLIGHT.inc()
             try:
                 try:
@@ -196,18 +352,38 @@ class Worker:
                 await _settle(message, "nack")
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("unexpected error handling %s", message.message_id)
-                await _settle(message, "nack")
+            except Exception as exc:
+                await self._unexpected_before_claim(message, exc)
             finally:
                 metrics.IN_FLIGHT.dec()
 
+    async def _unexpected_before_claim(self, message, exc: BaseException) -> None:
+        """An error that is neither an outage (waited out in ``_db``) nor a verdict on the job, before the job
+        was ours: nothing can be recorded on the job, so the delivery backs off before it goes back (never a hot
+        requeue), and after ``max_attempts`` deliveries it is dead-lettered with the cause in its headers."""
+        deliveries = delivery_count(message)
+        reason = redact(exc)
+        metrics.JOBS.labels("unexpected").inc()
+        log.error("unexpected error before the claim of %s (delivery %d): %s", message.message_id, deliveries + 1,
+                  reason, exc_info=exc)
+        if deliveries + 1 >= self.settings.max_attempts:
+            await self._dead_letter(message, f"unexpected_error: {reason}")
+            return
+        delay = min(UNEXPECTED_BACKOFF_CAP_SECONDS, self.backoff.delay(deliveries))
+        await sleep_or_stop(self.stop, delay)
+        await _settle(message, "nack")
+
     async def _process(self, message, job: JobMessage, received_at: float) -> None:
-        claimed_at = time.monotonic()
-        claim = await self._db(queries().claim_job, {
-            "job_id": job.job_id, "attempt": job.attempt, "owner": self.identity,
-            "lease_seconds": self.settings.lease_seconds, "actor": f"worker:{self.identity}",
-        })
+        # One owner string per delivery: a claim whose reply was lost is recognised as ours (adopt_claim).
+        params = {"job_id": job.job_id, "attempt": job.attempt, "owner": f"{self.identity}/{uuid.uuid4().hex[:12]}",
+                  "lease_seconds": self.settings.lease_seconds, "actor": f"worker:{self.identity}"}
+        # claimed_at: when the statement that succeeded was sent (not when the first try was): a claim that
+        # waited out an outage starts with a whole lease, never with a dead local one.
+        claim, claimed_at, retried = await self._db_timed(queries().claim_job, params)
+        if claim is None and retried:
+            claim, claimed_at, _ = await self._db_timed(queries().adopt_claim, params)
+            if claim is not None:
+                log.info("job %s: our claim committed but its reply was lost; adopted", job.job_id)
         if claim is None:
             await self._not_claimed(message, job)
             return
@@ -219,36 +395,45 @@ class Worker:
             return
 
         timings: dict[str, float] = {"wait": claimed_at - received_at}
+        # The job's deadline on the monotonic clock, from the database's own clock at the claim: never later
+        # than the real one (claimed_at precedes the statement).
+        expires_in = claim.get("expires_in_seconds")
+        expires_at = None if expires_in is None else claimed_at + float(expires_in)
         lease = Lease(lease_seconds=self.settings.lease_seconds, renew_seconds=self.settings.lease_renew_seconds,
                       claimed_at_monotonic=claimed_at, renew=lambda: self._renew(job.job_id, token)).start()
         try:
             try:
-                results = await self._produce_effects(claim, lease, timings)
+                results = await self._produce_effects(claim, lease, timings, expires_at)
+            except JobExpired as exc:
+                if await self._finish_failed(message, claim, "expired", str(exc), lease=lease):
+                    metrics.JOBS_EXPIRED.inc()
+                return
             except LeaseLost as exc:
                 metrics.JOBS.labels("lease_lost").inc()
                 log.warning("job %s: lease lost before commit (%s); not acking", job.job_id, exc)
                 await _settle(message, "nack")
                 return
             except imaging.ImageRejected as exc:
-                await self._finish_failed(message, claim, exc.code, exc.detail or exc.code)
+                await self._finish_failed(message, claim, exc.code, exc.detail or exc.code, lease=lease)
                 return
             except ObjectMissing:
-                await self._finish_failed(message, claim, "original_missing", "staging original not found")
+                await self._finish_failed(message, claim, "original_missing", "staging original not found",
+                                          lease=lease)
                 return
             except TRANSIENT_ERRORS as exc:
-                await self._finish_transient(message, claim, exc)
+                await self._finish_transient(message, claim, exc, lease=lease)
                 return
 
             try:
                 await self.failpoints.ahit("after_s3_write_before_commit")
             except FailpointError as exc:
-                await self._finish_transient(message, claim, exc)
+                await self._finish_transient(message, claim, exc, lease=lease)
                 return
             mark = time.monotonic()
-            committed = await self._commit(claim, results)
+            committed = await self._commit(claim, results, lease)
             timings["commit"] = time.monotonic() - mark
             if committed == "expired":
-                if await self._finish_failed(message, claim, "expired", "expired before its commit"):
+                if await self._finish_failed(message, claim, "expired", "expired before its commit", lease=lease):
                     metrics.JOBS_EXPIRED.inc()
                 return
             if committed != "ready":
@@ -257,6 +442,20 @@ class Worker:
                 await _settle(message, "nack")
                 return
             metrics.JOB_SECONDS.observe(time.monotonic() - claimed_at)
+        except Stopping:
+            # Shutting down while the job was ours: not the job's error; give it back without spending an attempt.
+            await self._release(claim, "released: the worker is stopping")
+            await _settle(message, "nack")
+            return
+        except asyncio.CancelledError:
+            await self._release(claim, "released: the worker is stopping")
+            raise
+        except Exception as exc:
+            # Neither transient nor permanent: retried with backoff like a transient error, the cause kept.
+            log.error("job %s: unexpected error after the claim: %s", job.job_id, redact(exc), exc_info=exc)
+            metrics.JOBS.labels("unexpected").inc()
+            await self._finish_transient(message, claim, exc, lease=lease)
+            return
         finally:
             await lease.stop()
 
@@ -269,6 +468,8 @@ class Worker:
         metrics.JOBS.labels("ready").inc()
         log.info("job %s ready (attempt %d) in %.3fs: %s", job.job_id, claim["attempt"], time.monotonic() - claimed_at,
                  " ".join(f"{k} {v:.3f}" for k, v in timings.items()))
+        if token > 1:  # earlier claims may have left objects under their own tokens: ready is final, remove them
+            await self._remove_variant_objects(claim, keep={r["object_key"] for r in results})
 
     async def _not_claimed(self, message, job: JobMessage) -> None:
         snapshot = await self._db(queries().job_snapshot, {"job_id": job.job_id})
@@ -289,20 +490,25 @@ class Worker:
                  snapshot["attempt"])
         await _settle(message, "ack")
 
-    async def _produce_effects(self, claim, lease: Lease, timings: dict[str, float]) -> list[dict]:
-        lease.ensure_live()
+    async def _produce_effects(self, claim, lease: Lease, timings: dict[str, float],
+                               expires_at: float | None = None) -> list[dict]:
+        await lease.wait_live(self.stop)
         mark = time.monotonic()
         original = await asyncio.to_thread(self.store.get_bytes, claim["original_key"])
         if sha256_hex(original) != claim["original_sha256"].strip():
             raise imaging.ImageRejected("original_checksum_mismatch", "staging object differs from its record")
         timings["fetch"], mark = time.monotonic() - mark, time.monotonic()
-        lease.ensure_live()
+        await lease.wait_live(self.stop)
         rendered = await self.render_pool.render(original, tuple(claim["variants"]))
         timings["render"], mark = time.monotonic() - mark, time.monotonic()
         results = []
         for variant in rendered:
-            lease.ensure_live()  # stop starting new effects once ownership is in doubt
-            key = variant_key(claim["attachment_id"], claim["pipeline_version"], variant.name, variant.extension)
+            await lease.wait_live(self.stop)  # no new effect while ownership is in doubt
+            # Fetch, render and earlier writes may have waited long (a backlog in the pool, a slow store, an
+            # outage): no write is started past the deadline.
+            await self._ensure_not_expired(claim, expires_at)
+            key = variant_key(claim["attachment_id"], claim["pipeline_version"], variant.name, variant.extension,
+                              claim["fencing_token"])
             digest = sha256_hex(variant.data)
             await asyncio.to_thread(self.store.put_bytes, key, variant.data, variant.content_type, digest)
             results.append({"variant": variant.name, "object_key": key, "sha256": digest, "size": len(variant.data),
@@ -310,43 +516,79 @@ class Worker:
         timings["store"] = time.monotonic() - mark
         return results
 
-    async def _commit(self, claim, results: list[dict]) -> str:
+    async def _ensure_not_expired(self, claim, expires_at: float | None) -> None:
+        """Raise JobExpired when the job's deadline has passed. The local estimate (monotonic, never later than
+        the real deadline) decides when to ask; the database's clock decides whether it passed."""
+        if expires_at is None or time.monotonic() < expires_at:
+            return
+        row = await self._db(queries().job_expired, {"job_id": claim["job_id"]})
+        if row is not None and row["expired"]:
+            raise JobExpired("expired before its effect (after a long wait)")
+
+    async def _commit(self, claim, results: list[dict], lease: Lease | None = None) -> str:
         """Fenced commit; returns "ready", "expired" or "fenced". An error whose
-        outcome is unknown is resolved by reading the job back."""
+        outcome is unknown is resolved by reading the job back; a lease that
+        lapsed while the database was unreachable is revived first."""
         params = {"job_id": claim["job_id"], "fencing_token": claim["fencing_token"],
                   "variants": json.dumps(results), "actor": f"worker:{self.identity}"}
         delays = reconnect_delays(0.1, 1.0)
+        refusals = 0
         while True:
+            if lease is not None:
+                try:
+                    await lease.wait_live(self.stop)
+                except LeaseLost:
+                    break
             try:
                 row = await self._db_once(queries().commit_result, params)
                 if row is not None:
                     return "ready"
-                break
-            except DB_ERRORS as exc:
+                refusals += 1
+            except DB_UNAVAILABLE as exc:
                 log.warning("commit of %s failed (%s); checking its outcome", claim["job_id"], type(exc).__name__)
             snapshot = await self._db(queries().job_snapshot, {"job_id": claim["job_id"]})
+            if snapshot is None:
+                break
             if snapshot["state"] == "ready" and snapshot["fencing_token"] == claim["fencing_token"]:
                 return "ready"  # our commit went through before the connection broke
-            if not (snapshot["state"] == "processing" and snapshot["fencing_token"] == claim["fencing_token"]
-                    and snapshot["lease_live"]):
+            if not (snapshot["state"] == "processing" and snapshot["fencing_token"] == claim["fencing_token"]):
                 break
+            if snapshot["expired"]:
+                return "expired"
+            if refusals >= COMMIT_REFUSALS:
+                break
+            if not snapshot["lease_live"]:
+                # Still ours, but the lease lapsed in the database (an outage): revive it, then commit.
+                try:
+                    if not await self._renew(claim["job_id"], claim["fencing_token"]):
+                        break
+                except DB_UNAVAILABLE:
+                    pass
             await sleep_or_stop(self.stop, next(delays))
-        snapshot = await self._db(queries().job_snapshot, {"job_id": claim["job_id"]})
-        if (snapshot["state"] == "processing" and snapshot["fencing_token"] == claim["fencing_token"]
-                and snapshot["lease_live"] and snapshot["expired"]):
-            return "expired"
         return "fenced"
 
-    async def _finish_transient(self, message, claim, exc: BaseException) -> None:
+    async def _fenced(self, sql: str, params: dict, lease: Lease | None):
+        """A fenced transition; when it was refused only because the lease lapsed (an outage), revive the lease
+        and try once more."""
+        row = await self._db(sql, params)
+        if row is None and lease is not None and lease.lost_reason is None:
+            try:
+                await lease.wait_live(self.stop, timeout=self.settings.lease_seconds * 2)
+            except LeaseLost:
+                return None
+            row = await self._db(sql, params)
+        return row
+
+    async def _finish_transient(self, message, claim, exc: BaseException, lease: Lease | None = None) -> None:
         reason = redact(exc)
         if self.budget.exhausted(claim["attempt"], claim["attempt_base"]):
-            await self._finish_failed(message, claim, "attempts_exhausted", reason)
+            await self._finish_failed(message, claim, "attempts_exhausted", reason, lease=lease)
             return
         delay = self.backoff.delay(claim["attempt"] - claim["attempt_base"] - 1)
-        row = await self._db(queries().retry_job, {
+        row = await self._fenced(queries().retry_job, {
             "job_id": claim["job_id"], "fencing_token": claim["fencing_token"], "delay_seconds": delay,
             "reason": reason, "actor": f"worker:{self.identity}",
-        })
+        }, lease)
         if row is None:
             metrics.JOBS.labels("fenced").inc()
             log.warning("job %s: retry not recorded, lease lost; not acking", claim["job_id"])
@@ -355,13 +597,14 @@ class Worker:
         metrics.JOBS.labels("retried").inc()
         log.info("job %s: transient error (%s); attempt %d at +%.2fs", claim["job_id"], reason, row["attempt"], delay)
         await _settle(message, "ack")
+        await self._remove_variant_objects(claim)
 
-    async def _finish_failed(self, message, claim, error_code: str, reason: str) -> bool:
+    async def _finish_failed(self, message, claim, error_code: str, reason: str, lease: Lease | None = None) -> bool:
         """Record ``failed`` under the fence and ack; False (and nack) if the fence rejected it."""
-        row = await self._db(queries().fail_job, {
+        row = await self._fenced(queries().fail_job, {
             "job_id": claim["job_id"], "fencing_token": claim["fencing_token"], "error_code": error_code,
             "reason": reason[:500], "actor": f"worker:{self.identity}",
-        })
+        }, lease)
         if row is None:
             metrics.JOBS.labels("fenced").inc()
             await _settle(message, "nack")
@@ -369,7 +612,43 @@ class Worker:
         metrics.JOBS.labels("expired" if error_code == "expired" else "failed").inc()
         log.info("job %s failed: %s", claim["job_id"], error_code)
         await _settle(message, "ack")
+        await self._remove_variant_objects(claim)
         return True
+
+    async def _remove_variant_objects(self, claim, keep: set[str] = frozenset()) -> None:
+        """Delete variant objects that no published result can name, once the job's outcome is recorded.
+
+        Keys carry the fencing token of the claim that wrote them (keys.variant_key), so this never races a
+        replay or a retry: after ``failed`` (or a retry), only keys of this claim's token and older ones are
+        deleted, and every later claim — a replay, the next attempt — writes keys of a higher token. After
+        ``ready`` (final), every key but the published ones goes. A stale owner paused inside its PUT may still
+        land an object after this; it is under its own token, never named by ``ready``. Best effort: an S3
+        error leaves the objects (unreferenced) and is logged.
+        """
+        token = claim["fencing_token"]
+        try:
+            prefix = variant_prefix(claim["attachment_id"], claim["pipeline_version"])
+            listed = await asyncio.to_thread(lambda: [o.key for o in self.store.list_prefix(prefix)])
+            doomed = [key for key in listed if key not in keep
+                      and (keep or (fencing_token_of_variant_key(key) or 0) <= token)]
+            for key in doomed:
+                await asyncio.to_thread(self.store.delete, key)
+            if doomed:
+                log.info("job %s: removed %d variant objects no result names", claim["job_id"], len(doomed))
+        except Exception as exc:
+            log.warning("job %s: variant cleanup failed (%s); objects left unreferenced", claim["job_id"],
+                        type(exc).__name__)
+
+    async def _release(self, claim, reason: str) -> None:
+        """processing -> queued, same attempt (the delivery goes back unacked): bounded, best effort."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._db_once(queries().release_job, {
+                "job_id": claim["job_id"], "fencing_token": claim["fencing_token"], "reason": reason,
+                "actor": f"worker:{self.identity}"})), RELEASE_TIMEOUT_SECONDS)
+            log.info("job %s: released without spending an attempt (%s)", claim["job_id"], reason)
+        except BaseException as exc:  # noqa: BLE001 - shutting down: the lease recovery is the fallback
+            log.warning("job %s: release failed (%s); the lease recovery takes it", claim["job_id"],
+                        type(exc).__name__)
 
     async def _dead_letter(self, message, reason: str) -> None:
         metrics.JOBS.labels("poison").inc()
@@ -403,22 +682,46 @@ class Worker:
     async def _db(self, sql: str, params: dict):
         """Run one statement, waiting out database outages (the delivery stays
         unacked meanwhile; prefetch bounds how many wait)."""
+        row, _, _ = await self._db_timed(sql, params)
+        return row
+
+    async def _db_timed(self, sql: str, params: dict):
+        """``_db`` that also returns when the successful try was sent (monotonic) and whether it had to retry.
+        Outages and a database that refuses writes for now (read-only) are waited out with backoff: they are
+        the database's condition, not an error of the job."""
         delays = reconnect_delays(0.2, 5.0)
+        retried = False
         while True:
+            started = time.monotonic()
             try:
-                return await self._db_once(sql, params)
-            except DB_ERRORS as exc:
+                return await self._db_once(sql, params), started, retried
+            except DB_UNAVAILABLE as exc:
+                retried = True
                 wait = next(delays)
-                log.warning("database unavailable (%s); retrying in %.2fs", type(exc).__name__, wait)
+                log.warning("database unavailable (%s); retrying in %.2fs", redact(exc), wait)
                 if await sleep_or_stop(self.stop, wait):
                     raise Stopping() from None
 
-
 def redact(exc: BaseException) -> str:
-    """An operator-visible reason without secrets: the error kind, and only our own messages."""
+    """An operator-visible reason without secrets: the error kind, and only our own messages; for a database
+    error its SQLSTATE (the cause, never the server's text, which may quote data)."""
     if isinstance(exc, (StorageUnavailable, FailpointError)):
         return f"{type(exc).__name__}: {str(exc)[:200]}"
+    sqlstate = getattr(exc, "sqlstate", None)
+    if isinstance(exc, psycopg.Error) and sqlstate:
+        return f"{type(exc).__name__} (SQLSTATE {sqlstate})"
     return type(exc).__name__
+
+
+def delivery_count(message) -> int:
+    """How many times the broker delivered this message before (quorum queues count in x-delivery-count)."""
+    try:
+        count = int((message.headers or {}).get("x-delivery-count") or 0)
+    except (TypeError, ValueError, AttributeError):
+        count = 0
+    if count == 0 and getattr(message, "redelivered", False):
+        count = 1
+    return count
 
 
 async def _settle(message, how: str) -> None:

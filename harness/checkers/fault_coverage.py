@@ -12,6 +12,8 @@ REQUIREMENTS: list[str] = []
 def _happened(step: dict, history) -> tuple[bool, str]:
     action = step.get("action")
     faults = history.of_type("fault")
+    if action == "failpoint" and "crash" not in str(step.get("spec", "1*crash")):
+        return _paused(step, history)
     if action == "failpoint":
         hit = [e for e in faults if e.get("phase") == "hit" and e.get("window") == step.get("window")]
         return bool(hit), f"failpoint {step.get('window')} fired {len(hit)} times"
@@ -34,6 +36,22 @@ def _happened(step: dict, history) -> tuple[bool, str]:
     if action == "start_instance":
         return True, "instance started"
     return False, f"unknown action {action!r}"
+
+
+def _paused(step: dict, history) -> tuple[bool, str]:
+    """A pause failpoint leaves no crash behind: in the upload path (after_staging_before_record) it shows as uploads
+    that took at least the pause; elsewhere it is not observable from outside."""
+    import re
+
+    match = re.search(r"pause\((\d+(?:\.\d+)?)\)", str(step.get("spec")))
+    armed = [e for e in history.of_type("fault") if e.get("action") == "failpoint" and e.get("phase") == "arm"
+             and e.get("window") == step.get("window")]
+    if not match or not armed or step.get("window") != "after_staging_before_record":
+        return False, f"failpoint {step.get('spec')} at {step.get('window')}: armed {len(armed)} times, not observable"
+    pause = float(match.group(1)) / 1000
+    slow = [o for o in history.operations().values() if o["invoke"].get("f") == "upload" and o["complete"] is not None
+            and o["complete"]["t"] - o["invoke"]["t"] >= 0.9 * pause]
+    return bool(slow), f"{len(slow)} uploads took at least the {pause:g}s pause at {step.get('window')}"
 
 
 def check(history, final, run) -> Verdict:

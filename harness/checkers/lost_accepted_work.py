@@ -2,13 +2,16 @@
 
 Every upload answered 202 ends ``ready`` with every variant its level promises,
 or ``failed`` with an error_code when the input was deliberately bad (or with the adapter's expiry
-error_code: expired work is judged by the expiry checker). Operations
+error_code: expired work is judged by the expiry checker). A ``heavy`` upload (valid but slow to decode) may end
+``failed`` with an error_code too — a pixel or decode time limit may refuse it — but never non-terminal; its
+neighbours are good uploads like any other, so one that a slow neighbour made fail is lost work. Operations
 with unknown outcome (``info``) are neither lost nor successful (Jepsen); a
 client retry with the same Idempotency-Key that gets a 202 makes them accepted.
 """
 
 from __future__ import annotations
 
+from . import hostile_inputs
 from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, expiry_code,
                    final_read_ok, level_of, seed_of)
 
@@ -31,7 +34,8 @@ def check(history, final, run) -> Verdict:
     problems, unknowns = [], []
     for attachment_id, acc in sorted(accepted.items()):
         invoke, ok = acc["invoke"], acc["ok"]
-        bad_input = invoke.get("kind") in ("bad", "poison")
+        # may legitimately end failed (hostile kinds: hostile_inputs judges which outcome each may have)
+        bad_input = invoke.get("kind") in ("bad", "poison", "heavy", *hostile_inputs.MAY_FAIL)
         record = records.get(attachment_id)
         if record is None or record.get("status") is None:
             unknowns.append(evidence("attachment not read at the end", attachment_id=attachment_id,

@@ -7,12 +7,16 @@ outcome stayed unknown (no try of it answered 202 or refused) is neither lost
 nor successful (CONTRACT §11): the server may have recorded it, so one old
 unreferenced object of its size may be its live original — kept as a note,
 not judged an orphan.
+
+In a run whose scenario moves role clocks (``clock_skew``, harness/clock.py), a run without violations is
+``unknown`` unless every skewed role's offset was shown in effect (verified or preloaded).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
+from ..clock import unverified as unverified_skew
 from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, final_read_ok, missing_timings, parse_time, seed_of, timing
 
 NAME = "staging_safety"
@@ -82,6 +86,13 @@ def check(history, final, run) -> Verdict:
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} staging safety violations",
                        evidence=problems + notes, seed=seed_of(run))
+    skew = unverified_skew(history)
+    if skew:  # the scenario moved some role's clock: nothing found proves nothing unless the offset took effect
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS,
+                       f"no violation, but the clock offset of {', '.join(sorted({e.get('role') for e in skew}))} is "
+                       f"not shown in effect ({'; '.join(sorted({e.get('status') + ': ' + str(e.get('reason')) for e in skew}))}): "
+                       "staging cleanup under clock skew not judged",
+                       evidence=[evidence("clock offset not in effect", events=skew)] + notes, seed=seed_of(run))
     return Verdict(NAME, VALID, REQUIREMENTS,
                    f"originals intact; {len(orphans)} young orphans under {staging!r}, none past retention"
                    if staging else "originals intact; staging folder not identifiable, orphans not judged",

@@ -9,7 +9,7 @@ import re
 import time
 import uuid
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import timezone
 from typing import Annotated
 
 from fastapi import FastAPI, Header, Request, Response
@@ -18,7 +18,8 @@ from PIL import Image
 
 from reference import metrics
 from reference.api import errors
-from reference.api.deps import FailpointsDep, OperatorDep, PoolDep, SettingsDep, StoreDep
+from reference.api.deps import FailpointsDep, OperatorDep, PoolDep, SettingsDep, StoreDep, UploadSlotDep
+from reference.api.limits import DecodeSandbox, UploadGate, needs_decode
 from reference.api.errors import ApiError, ServiceUnavailable
 from reference.api.models import (
     AttachmentStatus,
@@ -69,6 +70,8 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
         Image.MAX_IMAGE_PIXELS = settings.max_pixels
         app.state.pool = None
         if connect:
+            # The decode sandbox's processes first, before any connection is opened.
+            await asyncio.to_thread(app.state.decode_sandbox.start)
             # Start even when the database is down: requests then answer 503.
             app.state.pool = await open_pool(settings, "reference-api", min_size=2, max_size=20)
         try:
@@ -76,6 +79,7 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
         finally:
             if app.state.pool is not None:
                 await app.state.pool.close(timeout=5)
+            app.state.decode_sandbox.shutdown()
 
     app = FastAPI(
         title="Reference attachment pipeline",
@@ -87,6 +91,9 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
     app.state.settings = settings
     app.state.store = ObjectStore.from_settings(settings) if connect else None
     app.state.failpoints = Failpoints(settings.failpoints)
+    app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
+    app.state.decode_sandbox = DecodeSandbox(settings.upload_decode_workers, settings.upload_decode_timeout_seconds,
+                                             settings.max_pixels, settings.max_side, settings.retry_after_seconds)
     errors.install(app, settings.retry_after_seconds)
 
     @app.post("/v1/attachments", status_code=202, response_model=UploadAccepted, responses=ERRORS,
@@ -94,6 +101,7 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
     async def create_attachment(
         request: Request,
         settings: SettingsDep,
+        _slot: UploadSlotDep,
         pool: PoolDep,
         store: StoreDep,
         failpoints: FailpointsDep,
@@ -112,8 +120,13 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
             metrics.UPLOADS.labels(getattr(exc, "code", "error")).inc()
             raise
         try:
-            header = await asyncio.to_thread(inspect_image, upload.spool, upload.kind, upload.size, upload.tail,
-                                             max_pixels=settings.max_pixels, max_side=settings.max_side)
+            if needs_decode(upload.spool, upload.kind, upload.size, upload.tail):
+                # A decode (slow path): isolated in a sandbox process with a time limit, never on an API thread.
+                header = await request.app.state.decode_sandbox.inspect(upload.spool, upload.kind, upload.size,
+                                                                        upload.tail)
+            else:  # header only, no pixel decoding
+                header = await asyncio.to_thread(inspect_image, upload.spool, upload.kind, upload.size, upload.tail,
+                                                 max_pixels=settings.max_pixels, max_side=settings.max_side)
             phases["inspect"] = time.perf_counter() - started - sum(phases.values())
             if idempotency_key is not None:
                 earlier = await _idempotent_answer(pool, idempotency_key, upload.sha256)
@@ -123,10 +136,12 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
 
             attachment_id, job_id = uuid.uuid4(), uuid.uuid4()
             key = staging_key(attachment_id)
-            # Taken before the PUT: the store may date the object from the request's
-            # start, and the staging sweep counts the retention from that date.
-            staged_wall_clock = datetime.now(timezone.utc)
+            # The staging record comes BEFORE the PUT and is dated by the database: the
+            # staging sweep and record_upload judge its age by that one clock, never by
+            # this process's clock or the store's LastModified.
             staged_monotonic = time.monotonic()
+            async with pool.connection() as conn:
+                await conn.execute(queries().stage_upload, {"object_key": key})
             await asyncio.to_thread(store.put_file, key, upload.spool, upload.size, header.content_type, upload.sha256)
             phases["stage"] = time.perf_counter() - started - sum(phases.values())
             try:
@@ -144,10 +159,10 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
                 raise ServiceUnavailable("staging_too_old", "the upload took too long, retry",
                                          settings.retry_after_seconds)
             async with pool.connection() as conn:
-                # The statement re-checks the age with the database's clock at the
-                # moment it runs (a slow network before it is caught too).
+                # The statement re-checks the age of the staging record with the database's
+                # clock at the moment it runs, and refuses one the staging sweep has doomed.
                 cursor = await conn.execute(queries().record_upload, {
-                    "staged_at": staged_wall_clock, "max_age_seconds": max_age,
+                    "max_age_seconds": max_age,
                     "idempotency_key": idempotency_key, "response": json.dumps(answer),
                     "attachment_id": attachment_id, "original_key": key, "sha256": upload.sha256,
                     "size": upload.size, "content_type": header.content_type,

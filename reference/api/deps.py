@@ -60,3 +60,22 @@ def require_operator(
 
 
 OperatorDep = Annotated[str, Depends(require_operator)]
+
+
+async def upload_slot(request: Request):
+    """One of MAX_CONCURRENT_UPLOADS slots for the whole upload, taken before its body is read; none free:
+    503 + Retry-After (not accepted, the client retries later with the same Idempotency-Key)."""
+    from reference import metrics
+
+    gate = request.app.state.upload_gate
+    if not gate.try_enter():
+        metrics.UPLOADS.labels("too_many_uploads").inc()
+        raise ServiceUnavailable("too_many_uploads", "too many uploads in progress, retry later",
+                                 request.app.state.settings.retry_after_seconds)
+    try:
+        yield
+    finally:
+        gate.leave()
+
+
+UploadSlotDep = Annotated[None, Depends(upload_slot)]

@@ -7,11 +7,18 @@
 -- name: record_upload
 -- API: none -> queued, in ONE statement (one round trip, atomic): the
 -- idempotency claim (when a key is given), attachment, job, first event and
--- outbox row. Nothing is written once the staging object is older than
--- max_age (the staging sweep may already consider it an orphan), nor when
--- another request holds the idempotency key.
-WITH guard AS (
-    SELECT statement_timestamp() < %(staged_at)s + make_interval(secs => %(max_age_seconds)s) AS fresh
+-- outbox row. Every age is the database's own clock: the staged_uploads row
+-- (written by stage_upload before the PUT) is locked, and nothing is written
+-- once it is older than max_age or the staging sweep has doomed it, nor when
+-- another request holds the idempotency key. Recording removes the row: the
+-- object is the attachment's original from now on, never an orphan.
+WITH staged AS (
+    SELECT doomed_at IS NULL AND staged_at > statement_timestamp() - make_interval(secs => %(max_age_seconds)s)
+           AS fresh
+    FROM staged_uploads WHERE object_key = %(original_key)s
+    FOR UPDATE
+), guard AS (
+    SELECT coalesce((SELECT fresh FROM staged), false) AS fresh
 ), claim AS (
     INSERT INTO idempotency_keys (idempotency_key, request_sha256, attachment_id, job_id, response)
     SELECT %(idempotency_key)s, %(sha256)s, %(attachment_id)s, %(job_id)s, %(response)s
@@ -40,8 +47,17 @@ WITH guard AS (
     INSERT INTO outbox (job_id, attempt)
     SELECT job_id, attempt FROM job
     RETURNING id
+), unstage AS (
+    DELETE FROM staged_uploads WHERE object_key = %(original_key)s AND EXISTS (SELECT 1 FROM attachment)
 )
 SELECT (SELECT fresh FROM guard) AS fresh, EXISTS (SELECT 1 FROM message) AS recorded;
+
+-- name: stage_upload
+-- API, BEFORE the PUT of a new original: its staging record, dated by the
+-- database's clock (the only clock staging cleanup ever consults).
+INSERT INTO staged_uploads (object_key) VALUES (%(object_key)s)
+ON CONFLICT (object_key) DO NOTHING
+RETURNING staged_at;
 
 -- name: idempotency_get
 SELECT request_sha256, response FROM idempotency_keys WHERE idempotency_key = %(key)s;
@@ -58,7 +74,8 @@ WITH claimed AS (
            updated_at = now()
      WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND state = 'queued'
     RETURNING job_id, attachment_id, attempt, attempt_base, fencing_token, pipeline_version,
-              variants, expires_at, lease_expires_at, expires_at <= now() AS expired
+              variants, expires_at, lease_expires_at, expires_at <= now() AS expired,
+              EXTRACT(EPOCH FROM (expires_at - now()))::float8 AS expires_in_seconds
 ), event AS (
     INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, actor)
     SELECT attachment_id, job_id, 'queued', 'processing', attempt, %(actor)s FROM claimed
@@ -72,12 +89,50 @@ SELECT job_id, attachment_id, state, attempt, fencing_token, lease_owner,
 FROM jobs WHERE job_id = %(job_id)s;
 
 -- name: renew_lease
--- Worker: extend the lease only while it is still ours and still live.
+-- Worker: extend the lease while it is still ours. A lease that lapsed while
+-- the database was unreachable is revived when nobody recovered it meanwhile:
+-- the job still `processing` under our fencing token proves that no one else
+-- claimed it (a claim needs `queued` and increments the token; lease recovery
+-- moves it to `queued` under the same row lock).
 UPDATE jobs
    SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
  WHERE job_id = %(job_id)s AND fencing_token = %(fencing_token)s
-   AND state = 'processing' AND lease_expires_at > now()
+   AND state = 'processing'
 RETURNING lease_expires_at;
+
+-- name: adopt_claim
+-- Worker: the reply of our own claim was lost (the connection broke after the
+-- commit): the job is `processing` under the owner string of this very
+-- delivery, so the claim is ours. Same token, a fresh lease, no new event.
+UPDATE jobs j
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s), updated_at = now()
+  FROM attachments a
+ WHERE j.job_id = %(job_id)s AND j.attempt = %(attempt)s AND j.state = 'processing'
+   AND j.lease_owner = %(owner)s AND a.attachment_id = j.attachment_id
+RETURNING j.job_id, j.attachment_id, j.attempt, j.attempt_base, j.fencing_token, j.pipeline_version,
+          j.variants, j.expires_at, j.lease_expires_at, j.expires_at <= now() AS expired,
+          EXTRACT(EPOCH FROM (j.expires_at - now()))::float8 AS expires_in_seconds,
+          a.original_key, a.original_sha256, a.original_size, a.content_type;
+
+-- name: release_job
+-- Worker: processing -> queued without spending an attempt, when the work
+-- stopped for a reason that is not the job's (the worker is shutting down).
+-- Same attempt: the delivery, returned to the queue unacked, claims it again.
+WITH moved AS (
+    UPDATE jobs
+       SET state = 'queued', next_attempt_at = now(), last_error = %(reason)s,
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+     WHERE job_id = %(job_id)s AND fencing_token = %(fencing_token)s AND state = 'processing'
+    RETURNING job_id, attachment_id, attempt
+), event AS (
+    INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor)
+    SELECT attachment_id, job_id, 'processing', 'queued', attempt, %(reason)s, %(actor)s FROM moved
+)
+SELECT job_id, attempt FROM moved;
+
+-- name: job_expired
+-- Worker: has the job's deadline passed (the database's clock decides)?
+SELECT expires_at <= now() AS expired FROM jobs WHERE job_id = %(job_id)s;
 
 -- name: commit_result
 -- Worker: processing -> ready, guarded by the fencing token and a live lease.
@@ -143,7 +198,10 @@ SELECT job_id, attempt FROM moved;
 -- name: expire_leases
 -- Sweeper: processing jobs whose lease ran out (worker died or paused) go
 -- back to queued as a new attempt with a new outbox row, or to failed when
--- the attempt budget is spent.
+-- the attempt budget is spent. The new attempt waits out a full-jitter
+-- backoff like any retry (uniform(0, min(cap, base * 2^n)), n = failures
+-- before this one in the round), so a job that kills its worker does not
+-- come straight back.
 WITH expired AS (
     SELECT job_id FROM jobs
      WHERE state = 'processing' AND lease_expires_at <= now()
@@ -156,16 +214,19 @@ WITH expired AS (
            attempt = CASE WHEN j.attempt - j.attempt_base >= %(max_attempts)s THEN j.attempt ELSE j.attempt + 1 END,
            error_code = CASE WHEN j.attempt - j.attempt_base >= %(max_attempts)s THEN 'attempts_exhausted' END,
            last_error = 'lease expired', lease_owner = NULL, lease_expires_at = NULL,
-           next_attempt_at = now(), updated_at = now()
+           next_attempt_at = now() + make_interval(secs => random() * least(%(retry_cap_seconds)s::float8,
+                   %(retry_base_seconds)s::float8 * power(2, least(greatest(j.attempt - j.attempt_base - 1, 0), 62)))),
+           updated_at = now()
       FROM expired e
      WHERE j.job_id = e.job_id
-    RETURNING j.job_id, j.attachment_id, j.state, j.attempt
+    RETURNING j.job_id, j.attachment_id, j.state, j.attempt, j.next_attempt_at
 ), event AS (
-    INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor)
-    SELECT attachment_id, job_id, 'processing', state, attempt, 'lease expired', 'sweeper' FROM moved
+    INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor, next_attempt_at)
+    SELECT attachment_id, job_id, 'processing', state, attempt, 'lease expired', 'sweeper',
+           CASE WHEN state = 'queued' THEN next_attempt_at END FROM moved
 ), message AS (
-    INSERT INTO outbox (job_id, attempt)
-    SELECT job_id, attempt FROM moved WHERE state = 'queued'
+    INSERT INTO outbox (job_id, attempt, available_at)
+    SELECT job_id, attempt, next_attempt_at FROM moved WHERE state = 'queued'
 )
 SELECT job_id, attachment_id, state, attempt FROM moved;
 
@@ -230,6 +291,41 @@ UPDATE outbox
        available_at = now() + make_interval(secs => %(delay_seconds)s)
  WHERE id = ANY(%(ids)s);
 
+-- name: outbox_bury_unpublishable
+-- Relay: a row whose message can never pass the message schema (a corrupt or
+-- out-of-range job: attempt past the schema's maximum, an unknown variant, ...)
+-- is settled for good instead of being deferred forever: published_at doubles
+-- as "settled at" (the row leaves the pending set, the stale-republish net and
+-- the pruning treat it as done) and last_error says it is dead. When the row
+-- is the message of the job's current queued attempt, the job ends failed in
+-- the same statement through legal transitions: queued -> processing (a claim:
+-- the fencing token grows, so no worker can commit it) -> failed, with its own
+-- error_code. A row of an older attempt only settles.
+WITH settled AS (
+    UPDATE outbox
+       SET published_at = now(), publish_attempts = publish_attempts + 1,
+           last_error = left('dead: ' || %(error)s, 500)
+     WHERE id = %(id)s AND published_at IS NULL
+    RETURNING job_id, attempt
+), moved AS (
+    UPDATE jobs j
+       SET state = 'failed', error_code = %(error_code)s, last_error = left(%(error)s, 500),
+           fencing_token = j.fencing_token + 1, lease_owner = NULL, lease_expires_at = NULL,
+           updated_at = now()
+      FROM settled r
+     WHERE j.job_id = r.job_id AND j.attempt = r.attempt AND j.state = 'queued'
+    RETURNING j.job_id, j.attachment_id, j.attempt
+), event AS (
+    INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor)
+    SELECT m.attachment_id, m.job_id, s.from_state, s.to_state, m.attempt, s.reason, %(actor)s
+    FROM moved m
+    CROSS JOIN (VALUES (1, 'queued', 'processing', NULL),
+                       (2, 'processing', 'failed', %(error_code)s || ': ' || left(%(error)s, 300)))
+         AS s(step, from_state, to_state, reason)
+    ORDER BY s.step
+)
+SELECT (SELECT count(*) FROM settled) AS settled, (SELECT job_id FROM moved) AS failed_job_id;
+
 -- name: outbox_next_due
 SELECT EXTRACT(EPOCH FROM (min(available_at) - now()))::float8 AS seconds
 FROM outbox WHERE published_at IS NULL;
@@ -255,26 +351,54 @@ FROM attachment_events
 WHERE attachment_id = %(attachment_id)s
 ORDER BY seq;
 
--- name: staging_owners
--- Sweeper: which listed staging keys belong to a recorded attachment, and
--- whether every job of that attachment has released its original.
-SELECT a.original_key, bool_and(j.original_purged_at IS NOT NULL) AS released
-FROM attachments a JOIN jobs j USING (attachment_id)
-WHERE a.original_key = ANY(%(keys)s)
-GROUP BY a.original_key;
+-- name: doom_staged_uploads
+-- Sweeper: staging records older than the retention by the database's clock
+-- belong to uploads that were never recorded (record_upload removes the row):
+-- doom them, so record_upload refuses them from now on; their objects are then
+-- deleted. Costs what is due, never a listing of the bucket.
+UPDATE staged_uploads SET doomed_at = now()
+WHERE object_key IN (
+    SELECT object_key FROM staged_uploads
+     WHERE doomed_at IS NULL AND staged_at < now() - make_interval(secs => %(retention_seconds)s)
+     ORDER BY staged_at
+     LIMIT %(batch)s
+     FOR UPDATE SKIP LOCKED)
+RETURNING object_key;
+
+-- name: doomed_staged_uploads
+-- Sweeper: objects to delete (doomed now or by an earlier sweep whose delete failed).
+SELECT object_key FROM staged_uploads WHERE doomed_at IS NOT NULL
+ORDER BY doomed_at, object_key
+LIMIT %(batch)s;
+
+-- name: forget_staged_uploads
+-- Sweeper: the objects are deleted; their records go too.
+DELETE FROM staged_uploads WHERE object_key = ANY(%(keys)s) AND doomed_at IS NOT NULL;
 
 -- name: release_failed_originals
 -- Sweeper: failed jobs older than the failed-retention release their
--- original; replay then answers 409. Marked here, deleted by the staging sweep.
-UPDATE jobs SET original_purged_at = now()
-WHERE job_id IN (
-    SELECT job_id FROM jobs
-     WHERE state = 'failed' AND original_purged_at IS NULL
-       AND updated_at < now() - make_interval(secs => %(retention_seconds)s)
-     LIMIT %(batch)s
-     FOR UPDATE SKIP LOCKED)
-  AND state = 'failed'
-RETURNING job_id;
+-- original; replay then answers 409. The original's key is doomed in
+-- staged_uploads (once no other job of the attachment keeps it) and deleted
+-- by the staging sweep.
+WITH released AS (
+    UPDATE jobs SET original_purged_at = now()
+    WHERE job_id IN (
+        SELECT job_id FROM jobs
+         WHERE state = 'failed' AND original_purged_at IS NULL
+           AND updated_at < now() - make_interval(secs => %(retention_seconds)s)
+         LIMIT %(batch)s
+         FOR UPDATE SKIP LOCKED)
+      AND state = 'failed'
+    RETURNING job_id, attachment_id
+), doomed AS (
+    INSERT INTO staged_uploads (object_key, staged_at, doomed_at)
+    SELECT a.original_key, now(), now()
+    FROM released r JOIN attachments a USING (attachment_id)
+    WHERE NOT EXISTS (SELECT 1 FROM jobs o WHERE o.attachment_id = r.attachment_id
+                                              AND o.job_id <> r.job_id AND o.original_purged_at IS NULL)
+    ON CONFLICT (object_key) DO UPDATE SET doomed_at = now()
+)
+SELECT job_id FROM released;
 
 -- name: prune_idempotency_keys
 DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => %(ttl_seconds)s);

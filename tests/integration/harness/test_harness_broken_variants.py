@@ -23,6 +23,8 @@ CASES = [
     ("in_memory_dedup", "window-commit-ack-failpoint", {"state_regression", "duplicate_effects"}),
     # One shared ack for the batch: the crashed consumer's unfinished delivery was already settled (BE-JOB-007).
     ("ack_multiple", "batch-crash-after-partial-commit", {"batch_independence", "ack_after_commit"}),
+    # A pixel cap of 150 MP instead of ~40 MP: the decompression bomb is accepted and rendered ready (BE-JOB-003).
+    ("pixel_cap_too_high", "hostile-images", {"hostile_inputs"}),
 ]
 
 

@@ -240,7 +240,10 @@ class Pipeline:
         import hashlib
 
         for variant in status["variants"]:
-            assert variant["key"] == f"variants/{attachment_id}/v1/{variant['name']}.webp"
+            # variants/<attachment>/v<version>/t<fencing token>/<variant>.webp: a key per claim fences writes
+            prefix, token, name = variant["key"].rsplit("/", 2)
+            assert prefix == f"variants/{attachment_id}/v1" and token[:1] == "t" and token[1:].isdigit()
+            assert name == f"{variant['name']}.webp"
             data = self.store.get_bytes(variant["key"])
             assert hashlib.sha256(data).hexdigest() == variant["sha256"] and len(data) == variant["size"]
         original = self.store.get_bytes(status["original"]["key"])
@@ -276,3 +279,14 @@ def sample_jpeg(seed: int = 0, size=(640, 480)) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="JPEG", quality=85)
     return buffer.getvalue()
+
+
+def roles_from(pipeline: Pipeline, monkeypatch) -> None:
+    """Run the roles from REFERENCE_UNDER_TEST (a checkout of another commit, e.g. the unfixed /work/base) when it
+    is set: its folder becomes the roles' working directory (``python -m`` puts the working directory first on
+    sys.path, ahead of PYTHONPATH) and leads their PYTHONPATH. Migrations already ran from this checkout."""
+    other = os.environ.get("REFERENCE_UNDER_TEST")
+    if not other:
+        return
+    monkeypatch.setattr(sys.modules[__name__], "REPO", Path(other))
+    pipeline.env["PYTHONPATH"] = other + os.pathsep + pipeline.env.get("PYTHONPATH", "")

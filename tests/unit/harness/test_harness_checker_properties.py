@@ -33,6 +33,7 @@ ALLOWED_UNKNOWN = {
     "bounded_concurrency": "too few samples",              # a short drain: fewer than 5 busy sampling ticks
     "batch_independence": "cannot tell",                   # no multi-delivery sample, or no failure inside one
     "ack_after_commit": "could not be judged",             # no queue samples in the probe window
+    "redundant_publish": "declares no stale_queued_seconds",  # held consumers, no threshold declared
 }
 
 

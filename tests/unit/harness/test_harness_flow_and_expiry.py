@@ -129,6 +129,23 @@ def test_expiry_notes_objects_left_by_work_whose_commit_expired():
     assert verdict.evidence[-1]["attachment_id"] == AMBIGUOUS and "unreferenced" in verdict.evidence[-1]["message"]
 
 
+def test_expiry_catches_objects_written_after_the_deadline_of_a_job_that_expired_during_its_work():
+    """Claimed before its TTL ran out, but fetch/render took long and the variants were written past the
+    deadline (expiry not re-checked after the wait), then the commit was refused as expired: an effect started
+    past the deadline (CONTRACT §5), not a mere leftover."""
+    b = expiry_run()
+    body = b.final["attachments"][AMBIGUOUS]["body"]  # accepted at 2.5 s with a 2 s TTL: deadline ≤ 4.5 s
+    body.update(state="failed", error_code="expired", variants=[], updated_at=iso(T0 + 6.2))
+    b.final["attachments"][AMBIGUOUS]["events"][-1]["to"] = "failed"
+    b.final["bucket_objects"] = [{"key": f"variants/{AMBIGUOUS}/1/t3/crop.webp", "size": 10,
+                                  "last_modified": iso(T0 + 6.0)}]
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    item = verdict.evidence[0]
+    assert item["attachment_id"] == AMBIGUOUS and "after its deadline" in item["message"]
+    assert item["effects"][0].startswith(f"object variants/{AMBIGUOUS}/1/t3/crop.webp")
+
+
 def test_expiry_catches_fresh_work_expired_and_expiry_before_the_ttl():
     b = expiry_run(fresh_end="failed")
     verdict = expiry.check(b.history(), b.final, b.run)

@@ -10,7 +10,7 @@ from PIL import Image
 
 from harness import workload
 from harness.history import History, HistoryWriter
-from harness.nemesis import resolve_schedule, schedule_fingerprint
+from harness.nemesis import resolve_schedule, schedule_fingerprint, timings_needed
 from harness.scenarios import catalogue
 
 
@@ -39,7 +39,7 @@ def test_corpus_has_every_format_good_images_decode_and_bad_ones_do_not():
 def test_same_seed_same_fault_schedule():
     for scenario in catalogue():
         faults = scenario.raw["faults"]
-        timings = {"lease_seconds": 4}
+        timings = {"lease_seconds": 4, **{name: 4 for name in timings_needed(faults)}}
         assert schedule_fingerprint(resolve_schedule(faults, 5, timings)) == \
             schedule_fingerprint(resolve_schedule(faults, 5, timings))
     faults = [{"action": "sigkill", "role": "worker", "at": 1.0, "jitter": 2.0, "delay": [0.0, 1.0], "count": 3}]

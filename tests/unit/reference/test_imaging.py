@@ -4,7 +4,7 @@ import pytest
 from PIL import Image
 
 from reference.imaging import ImageRejected, Limits, render_variants
-from reference.keys import attachment_id_from_staging_key, staging_key, variant_key
+from reference.keys import attachment_id_from_staging_key, fencing_token_of_variant_key, staging_key, variant_key
 
 
 def jpeg_with_exif_orientation(size=(300, 200), orientation=6) -> bytes:
@@ -73,6 +73,10 @@ def test_keys_are_server_generated_and_deterministic():
     attachment = "5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e"
     assert staging_key(attachment) == f"staging/{attachment}"
     assert variant_key(attachment, 1, "crop", "webp") == f"variants/{attachment}/v1/crop.webp"
+    # A key per claim: the fencing token fences object writes (a stale owner never writes what ready names).
+    assert variant_key(attachment, 1, "crop", "webp", 7) == f"variants/{attachment}/v1/t7/crop.webp"
+    assert fencing_token_of_variant_key(f"variants/{attachment}/v1/t7/crop.webp") == 7
+    assert fencing_token_of_variant_key(f"variants/{attachment}/v1/crop.webp") is None
     assert attachment_id_from_staging_key(f"staging/{attachment}").hex == attachment.replace("-", "")
     assert attachment_id_from_staging_key("staging/../../x.jpg") is None
     with pytest.raises(ValueError):

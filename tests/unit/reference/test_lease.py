@@ -1,6 +1,6 @@
 import asyncio
 
-from reference.lease import Lease, LeaseLost
+from reference.lease import Lease, LeaseLapsed, LeaseLost
 
 
 class Clock:
@@ -59,3 +59,58 @@ def test_renewal_errors_keep_trying_until_the_deadline():
 
     lease, calls = asyncio.run(scenario())
     assert calls >= 3 and not lease.live()
+
+
+def test_a_lapsed_lease_is_revived_when_the_database_answers_again():
+    """An outage longer than the lease: renewals fail past the deadline (lapsed, not lost); the first renewal
+    that gets through revives it, and effects waiting in wait_live go on — the job keeps its attempt."""
+    async def scenario():
+        import time
+        down_until = time.monotonic() + 0.5
+
+        async def renew():
+            if time.monotonic() < down_until:
+                raise ConnectionError("db down")
+            return True
+
+        lease = Lease(lease_seconds=0.3, renew_seconds=0.05, claimed_at_monotonic=time.monotonic(),
+                      renew=renew).start()
+        await asyncio.sleep(0.35)
+        lapsed = not lease.live()
+        try:
+            lease.ensure_live()
+            raise AssertionError("expected LeaseLapsed")
+        except LeaseLapsed:
+            pass
+        await asyncio.wait_for(lease.wait_live(), 2.0)
+        live = lease.live()
+        await lease.stop()
+        return lapsed, live, lease
+
+    lapsed, live, lease = asyncio.run(scenario())
+    assert lapsed and live and lease.lost_reason is None and lease.lapses == 1
+
+
+def test_waiting_on_a_lapsed_lease_ends_in_lease_lost_when_it_was_taken_over():
+    async def scenario():
+        import time
+        answers = iter([ConnectionError("down")] * 8 + [False])
+
+        async def renew():
+            answer = next(answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        lease = Lease(lease_seconds=0.2, renew_seconds=0.05, claimed_at_monotonic=time.monotonic(),
+                      renew=renew).start()
+        try:
+            await asyncio.wait_for(lease.wait_live(), 5.0)
+            await asyncio.sleep(0.3)
+            await asyncio.wait_for(lease.wait_live(), 5.0)
+        except LeaseLost as exc:
+            return str(exc)
+        finally:
+            await lease.stop()
+
+    assert "taken over" in asyncio.run(scenario())

@@ -23,7 +23,7 @@ from reference import topology
 from reference.db.queries import queries
 from reference.failpoints import FailpointError
 from reference.messages import parse
-from reference.relay import CONTENDED_WAIT_SECONDS, PUBLISH_TIMEOUT_SECONDS, Relay
+from reference.relay import CONTENDED_WAIT_SECONDS, PUBLISH_TIMEOUT_SECONDS, UNPUBLISHABLE_ERROR_CODE, Relay
 from reference.settings import Settings
 
 from reference_fakes import RecordingBackoff
@@ -117,9 +117,10 @@ class FakeExchange:
         raise AssertionError(f"unknown outcome {outcome}")
 
 
-def outbox_row(row_id: int, *, publish_attempts: int = 0, variants=("thumbnail", "crop", "optimized")) -> dict:
+def outbox_row(row_id: int, *, publish_attempts: int = 0, variants=("thumbnail", "crop", "optimized"),
+               attempt: int = 1) -> dict:
     now = datetime.now(timezone.utc)
-    return {"id": row_id, "job_id": uuid.uuid4(), "attempt": 1, "publish_attempts": publish_attempts,
+    return {"id": row_id, "job_id": uuid.uuid4(), "attempt": attempt, "publish_attempts": publish_attempts,
             "attachment_id": uuid.uuid4(), "pipeline_version": 1, "variants": list(variants),
             "created_at": now, "expires_at": now + timedelta(hours=1), "traceparent": None, "tracestate": None}
 
@@ -225,14 +226,22 @@ def test_real_row_backoff_delay_stays_under_its_full_jitter_ceiling():
     assert 0.0 <= defer["delay_seconds"] <= 1.0
 
 
-def test_row_whose_message_breaks_the_contract_is_deferred_not_published():
-    """A row that cannot make a valid message never reaches the broker; it is deferred like a refusal."""
-    batch = Batch([(outbox_row(1, variants=()), "ack")])
+def test_row_whose_message_breaks_the_contract_is_settled_dead_not_deferred():
+    """A row that cannot make a valid message never reaches the broker, and is not deferred either (it would
+    fail the schema on every later try): it is buried, in the fetch transaction, with its job's error_code;
+    its valid neighbour is still published and marked (issue 10, defect 9)."""
+    batch = Batch([(outbox_row(1, variants=()), "ack"), (outbox_row(2), "ack"),
+                   (outbox_row(3, attempt=1001), "ack")])
 
-    assert batch.drain() == 0
+    assert batch.drain() == 3  # progress: the drain loop fetches again at once
 
-    assert batch.exchange.published == []
-    assert batch.deferred() == [1] and batch.marked() == []
+    assert [batch.exchange.row_of[m.message_id] for m, *_ in batch.exchange.published] == [2]
+    assert batch.marked() == [2] and batch.deferred() == []
+    buried = batch.work.params("outbox_bury_unpublishable")
+    assert [p["id"] for p in buried] == [1, 3]
+    assert {p["error_code"] for p in buried} == {UNPUBLISHABLE_ERROR_CODE}
+    assert "variants" in buried[0]["error"] and "attempt" in buried[1]["error"]
+    assert batch.journal[-1] == "commit"
 
 
 # ------------------------------------------------------------------ no answer

@@ -76,6 +76,7 @@ class FakeStore:
         self.journal = journal
         self.get_error: BaseException | None = None
         self.put_error: BaseException | None = None
+        self.objects: dict[str, bytes] = {}
 
     def get_bytes(self, key: str) -> bytes:
         self.journal.append("get")
@@ -87,6 +88,14 @@ class FakeStore:
         self.journal.append(f"put:{key}")
         if self.put_error:
             raise self.put_error
+        self.objects[key] = data
+
+    def list_prefix(self, prefix: str):
+        return [type("Listed", (), {"key": key})() for key in sorted(self.objects) if key.startswith(prefix)]
+
+    def delete(self, key: str) -> None:
+        self.journal.append(f"delete:{key}")
+        self.objects.pop(key, None)
 
 
 class FakeRenderPool:
@@ -157,7 +166,8 @@ def claim_row(attempt: int = 1, attempt_base: int = 0, expired: bool = False) ->
     return {"job_id": JOB_ID, "attachment_id": ATTACHMENT_ID, "attempt": attempt, "attempt_base": attempt_base,
             "fencing_token": TOKEN, "pipeline_version": 1, "variants": list(VARIANTS),
             "expires_at": now + timedelta(hours=1), "lease_expires_at": now + timedelta(seconds=30),
-            "expired": expired, "original_key": f"staging/{ATTACHMENT_ID}",
+            "expired": expired, "expires_in_seconds": -1.0 if expired else 3600.0,
+            "original_key": f"staging/{ATTACHMENT_ID}",
             "original_sha256": hashlib.sha256(ORIGINAL).hexdigest(), "original_size": len(ORIGINAL),
             "content_type": "image/png"}
 
@@ -284,7 +294,8 @@ def test_claim_params_carry_the_message_attempt_and_this_worker(harness):
 
     params = harness.db.params("claim_job")
     assert params["job_id"] == JOB_ID and params["attempt"] == 3
-    assert params["owner"] == harness.worker.identity and params["lease_seconds"] == 30.0
+    # One owner string per delivery, under this worker's identity: a claim whose reply was lost is adopted.
+    assert params["owner"].startswith(harness.worker.identity + "/") and params["lease_seconds"] == 30.0
 
 
 # ------------------------------------------------------------------ permanent failures
@@ -447,9 +458,14 @@ def test_failpoint_after_s3_write_is_a_transient_error_before_the_commit(monkeyp
 
     harness.handle()
 
-    assert harness.journal[-2:] == ["db:retry_job", "ack"]
+    settled = [entry for entry in harness.journal if not entry.startswith("delete:")]
+    assert settled[-2:] == ["db:retry_job", "ack"]
     assert sum(entry.startswith("put:") for entry in harness.journal) == len(VARIANTS)
     assert not harness.ran("commit_result")
+    # The next attempt writes under a new fencing token: this claim's objects are removed once the retry is recorded.
+    puts = [entry[4:] for entry in harness.journal if entry.startswith("put:")]
+    deletes = [entry[7:] for entry in harness.journal if entry.startswith("delete:")]
+    assert sorted(deletes) == sorted(puts) and harness.journal.index(f"delete:{deletes[0]}") > harness.journal.index("ack")
 
 
 # ------------------------------------------------------------------ lease lost
@@ -480,7 +496,7 @@ def test_success_acks_only_after_the_commit(harness):
 
     harness.handle()
 
-    keys = [variant_key(ATTACHMENT_ID, 1, name, "webp") for name in VARIANTS]
+    keys = [variant_key(ATTACHMENT_ID, 1, name, "webp", TOKEN) for name in VARIANTS]
     assert harness.journal == ["db:claim_job", "get", "render", *(f"put:{key}" for key in keys),
                                "db:commit_result", "ack"]
     assert harness.journal.index("db:commit_result") < harness.journal.index("ack")
@@ -518,8 +534,12 @@ def test_commit_refused_because_the_job_expired_fails_it_as_expired(harness):
 
     harness.handle()
 
-    assert harness.journal[-4:] == ["db:commit_result", "db:job_snapshot", "db:fail_job", "ack"]
+    settled = [entry for entry in harness.journal if not entry.startswith("delete:")]
+    assert settled[-4:] == ["db:commit_result", "db:job_snapshot", "db:fail_job", "ack"]
     assert harness.db.params("fail_job")["error_code"] == "expired"
+    # No object of an expired job is left behind (keys of its own fencing token: no replay races this).
+    assert sum(entry.startswith("delete:") for entry in harness.journal) == len(VARIANTS)
+    assert not harness.store.objects
 
 
 def test_commit_with_unknown_outcome_that_did_land_is_acked(harness):
@@ -559,15 +579,18 @@ def test_failpoint_after_commit_before_ack_nacks_after_the_commit(monkeypatch):
 # ------------------------------------------------------------------ anything else
 
 
-def test_unexpected_error_nacks_for_redelivery(harness):
-    """A bug-shaped error is neither a permanent failure nor a success: leave the delivery to the broker."""
+def test_unexpected_error_after_the_claim_retries_with_backoff_and_keeps_the_cause(harness):
+    """A bug-shaped error after the claim is neither permanent nor a success: a retry through the database
+    (backoff, attempt budget) whose reason names the cause — never a hot nack loop that ends in a lease expiry
+    with the cause lost."""
     harness.db.answers["claim_job"] = claim_row()
     harness.render_pool.error = KeyError("surprise")
 
     harness.handle()
 
-    assert harness.settlements() == ["nack"]
-    assert not harness.ran("fail_job") and not harness.ran("retry_job") and not harness.ran("commit_result")
+    assert harness.settlements() == ["ack"]
+    assert harness.ran("retry_job") and not harness.ran("fail_job") and not harness.ran("commit_result")
+    assert harness.db.params("retry_job")["reason"] == "KeyError"
 
 
 def test_database_down_during_shutdown_nacks_instead_of_waiting(harness):
@@ -578,3 +601,119 @@ def test_database_down_during_shutdown_nacks_instead_of_waiting(harness):
     harness.handle()
 
     assert harness.journal == ["db:claim_job", "nack"]
+
+
+def test_expiry_is_rechecked_after_fetch_and_render_before_the_first_write(harness):
+    """Claimed in time, but the deadline passed while the job waited for its fetch and render: the database's
+    clock confirms it, and the job ends expired without writing a single object."""
+    claim = claim_row()
+    claim["expires_in_seconds"] = 0.0  # the deadline was reached right after the claim
+    harness.db.answers["claim_job"] = claim
+    harness.db.answers["job_expired"] = {"expired": True}
+
+    harness.handle()
+
+    assert not any(entry.startswith("put:") for entry in harness.journal)
+    assert harness.ran("job_expired") and not harness.ran("commit_result")
+    assert harness.db.params("fail_job")["error_code"] == "expired"
+    assert harness.settlements() == ["ack"]
+
+
+def test_expiry_recheck_defers_to_the_database_clock(harness):
+    """The local estimate is conservative; when the database says the job has not expired, the work goes on."""
+    claim = claim_row()
+    claim["expires_in_seconds"] = 0.0
+    harness.db.answers["claim_job"] = claim
+    harness.db.answers["job_expired"] = {"expired": False}
+
+    harness.handle()
+
+    assert harness.ran("commit_result") and harness.settlements() == ["ack"]
+
+
+def test_unclassified_error_before_the_claim_backs_off_then_dead_letters_with_its_cause(harness):
+    """A database that refuses the claim for a reason that is neither an outage nor a verdict on the job (a
+    trigger raising): never a hot requeue; after max_attempts deliveries it is dead-lettered with the cause."""
+    harness.worker.settings.retry_base_seconds = 0.01
+    harness.db.answers["claim_job"] = psycopg.errors.RaiseException("trigger says no")
+    first = harness.delivery()
+    harness.handle(first)
+    assert harness.settlements() == ["nack"]
+    last = harness.delivery()
+    last.headers = {"x-delivery-count": harness.worker.settings.max_attempts - 1}
+    harness.journal.clear()
+    harness.handle(last)
+    assert harness.journal[-2:] == ["dead_letter", "ack"]
+    reason = harness.dead_letters.published[-1].headers["x-dead-letter-reason"]
+    assert "RaiseException" in reason and "SQLSTATE P0001" in reason
+
+
+def test_read_only_database_is_waited_out_like_an_outage(harness):
+    """A read-only database (failover, maintenance) is the database's condition: the claim waits with backoff and
+    goes on once writes are accepted again — no requeue, no attempt spent."""
+    answers = iter([psycopg.errors.ReadOnlySqlTransaction("read-only")] * 2 + [claim_row()])
+    harness.db.answers["claim_job"] = lambda params: next(answers)
+    # The fake raises answers that are exceptions only when given directly: unwrap here.
+    original = harness.db.__call__
+
+    async def call(sql, params):
+        answer = await original(sql, params)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    harness.worker._db_once = call
+    harness.handle()
+
+    assert harness.journal.count("db:claim_job") == 3 and harness.ran("commit_result")
+    assert harness.settlements() == ["ack"]
+
+
+def test_a_claim_whose_reply_was_lost_is_adopted_not_left_to_the_lease_recovery(harness):
+    """The claim committed but the connection broke before its reply: the retry finds the job processing under
+    this delivery's own owner string and adopts it — no `busy` ack, no attempt spent by a lease expiry."""
+    answers = iter([psycopg.OperationalError("server closed the connection"), None])
+    harness.db.answers["claim_job"] = lambda params: next(answers)
+    harness.db.answers["adopt_claim"] = claim_row()
+    original = harness.db.__call__
+
+    async def call(sql, params):
+        answer = await original(sql, params)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    harness.worker._db_once = call
+    harness.handle()
+
+    assert harness.db.params("adopt_claim")["owner"] == harness.db.calls[0][1]["owner"]
+    assert harness.ran("commit_result") and harness.settlements() == ["ack"]
+    assert not harness.ran("job_snapshot")
+
+
+def test_stopping_after_the_claim_releases_the_job_without_spending_an_attempt(harness):
+    """Shutdown while the job is ours (its commit waits for the database): processing → queued with the same
+    attempt (release_job), and the delivery goes back unacked — not a lease expiry that costs an attempt."""
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["release_job"] = {"job_id": JOB_ID, "attempt": 1}
+
+    def commit(params):
+        harness.worker.stop.set()
+        return psycopg.OperationalError("connection refused")
+
+    harness.db.answers["commit_result"] = commit
+    harness.db.answers["job_snapshot"] = psycopg.OperationalError("connection refused")
+    original = harness.db.__call__
+
+    async def call(sql, params):
+        answer = await original(sql, params)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    harness.worker._db_once = call
+    harness.handle()
+
+    assert harness.ran("release_job") and harness.settlements() == ["nack"]
+    assert harness.db.params("release_job")["fencing_token"] == TOKEN
+    assert not (harness.ran("retry_job") or harness.ran("fail_job"))

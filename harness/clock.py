@@ -1,0 +1,185 @@
+"""Clock offsets for chosen roles (a scenario's ``clock_skew``), through libfaketime.
+
+A scenario names roles only by group (``@window``, ``@recovers_work``, ``@consumers``) and gives each group an
+offset, absolute or relative to a declared timing::
+
+    clock_skew = [{ roles = ["@window", "@recovers_work"], offset = { of = "staging_retention_seconds", times = 0.75 } }]
+
+Those roles start with ``LD_PRELOAD=libfaketime`` and ``FAKETIME="+<seconds>"`` (their wall clock runs that far
+ahead; ``FAKETIME_DONT_FAKE_MONOTONIC=1`` keeps monotonic clocks real, so timeouts and sleeps are unchanged). The
+offset is only as good as its reach, so after start each skewed role is verified and the result recorded
+(``observe`` line, ``source = "clock_skew"``):
+
+* ``verified``  — the role answers HTTP and its ``Date`` header is off by the offset (±1.5 s: the header has
+  whole seconds and servers refresh it about once a second);
+* ``preloaded`` — libfaketime is mapped into a process of the role's group and the program is not a Go binary;
+  libc time calls are faked (no observable clock to compare with);
+* ``ineffective`` — the HTTP ``Date`` shows no offset;
+* ``cannot_apply`` — a Go program (it reads the clock through the vDSO, never through libc) or a static binary
+  where the library is not mapped;
+* ``unavailable`` — libfaketime is not installed (Debian: ``apt-get install faketime``);
+* ``not_running`` — the role was not running when verified (e.g. held).
+
+Checkers that rely on an offset (``staging_safety`` in a run with ``clock_skew``) say ``unknown`` unless every
+skewed role is ``verified`` or ``preloaded``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import re
+import time
+from pathlib import Path
+
+from .nemesis import scale
+
+LIBRARY_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+)
+IN_EFFECT = frozenset({"verified", "preloaded"})
+DATE_TOLERANCE_SECONDS = 1.5
+
+
+def library() -> str | None:
+    """libfaketime's path: HARNESS_LIBFAKETIME, else the usual Debian / local locations."""
+    for candidate in (os.environ.get("HARNESS_LIBFAKETIME"), *LIBRARY_CANDIDATES):
+        if candidate and Path(candidate).is_file():
+            return candidate
+    return None
+
+
+def resolve(entries: list[dict], adapter, windows: list[str], timings: dict) -> dict[str, float]:
+    """role name -> offset in seconds (a later entry naming the same role wins)."""
+    out: dict[str, float] = {}
+    for entry in entries or []:
+        groups = entry.get("roles")
+        groups = [groups] if isinstance(groups, str) else list(groups or [])
+        offset = float(scale(entry.get("offset", 0), timings))
+        for role in adapter.expand_roles(groups, windows):
+            if role in adapter.roles:
+                out[role] = offset
+    return out
+
+
+def faketime_env(offset: float, lib: str, base_env: dict) -> dict[str, str]:
+    preload = " ".join(p for p in (lib, base_env.get("LD_PRELOAD", "")) if p)
+    return {"LD_PRELOAD": preload, "FAKETIME": f"{'+' if offset >= 0 else '-'}{abs(offset):.3f}",
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+GO_NOTE = re.compile(rb"\x04\x00\x00\x00.{4}\x04\x00\x00\x00Go\x00\x00", re.S)  # ELF note "Go", type 4 (build id)
+GO_BUILDINFO = b"\xff Go buildinf:"  # the magic of the .go.buildinfo section (every Go binary since 1.13)
+
+
+def is_go_binary(pid: int) -> bool:
+    """The program of ``pid`` is a Go binary: its build-id note near the start, else the buildinfo magic anywhere."""
+    return is_go_file(f"/proc/{pid}/exe")
+
+
+def cannot_skew(adapter, scenario_raw: dict) -> str | None:
+    """Why a scenario's clock offsets cannot reach the adapter's roles, known before any start (a role whose program
+    is a Go binary: Go reads the clock without libc), else None. A wrapper script hides this: then the run's
+    verification says so and the checks relying on the offset are unknown."""
+    groups = [g for entry in scenario_raw.get("clock_skew") or []
+              for g in ([entry.get("roles")] if isinstance(entry.get("roles"), str) else entry.get("roles") or [])]
+    go = []
+    for role in adapter.expand_roles(groups, scenario_raw.get("windows") or []):
+        if role not in adapter.roles:
+            continue
+        try:
+            program = adapter.resolve_command(adapter.roles[role].command)[0]
+        except Exception:
+            continue
+        if os.path.isfile(program) and is_go_file(program):
+            go.append(role)
+    if go:
+        return (f"its clock offsets cannot reach {', '.join(go)}: a Go program reads the clock without libc, "
+                "so libfaketime cannot move it")
+    return None
+
+
+def is_go_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64 * 1024)
+            if not head.startswith(b"\x7fELF"):
+                return False
+            if GO_NOTE.search(head) or GO_BUILDINFO in head:
+                return True
+            tail = head[-16:]
+            for _ in range(4096):  # at most 256 MiB, 64 KiB at a time
+                chunk = f.read(64 * 1024)
+                if not chunk:
+                    return False
+                if GO_BUILDINFO in tail + chunk:
+                    return True
+                tail = chunk[-16:]
+    except OSError:
+        return False
+    return False
+
+
+def maps_library(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+            return "libfaketime" in f.read()
+    except OSError:
+        return False
+
+
+def date_offset(client, url: str) -> float | None:
+    """The server's Date header minus the harness's clock at the answer (seconds), or None."""
+    try:
+        response = client.get(url, timeout=3)
+    except Exception:
+        return None
+    received = time.time()
+    header = response.headers.get("date")
+    if not header:
+        return None
+    try:
+        return email.utils.parsedate_to_datetime(header).timestamp() - received
+    except (TypeError, ValueError):
+        return None
+
+
+def verify(instance, offset: float, group_members, http_url: str | None = None, client=None) -> dict:
+    """What can be shown of the offset of one running instance (see the module docstring)."""
+    if not instance.alive():
+        return {"status": "not_running", "reason": "not running when the offset was verified"}
+    pids = group_members(instance.pid) or [instance.pid]
+    go = any(is_go_binary(pid) for pid in pids)
+    mapped = any(maps_library(pid) for pid in pids)
+    facts = {"pids": pids[:8], "go_binary": go, "libfaketime_mapped": mapped}
+    if http_url is not None and client is not None:
+        measured = None
+        for _ in range(3):  # the Date header is refreshed about once a second: take the closest of a few
+            value = date_offset(client, http_url)
+            if value is not None and (measured is None or abs(value - offset) < abs(measured - offset)):
+                measured = value
+            if measured is not None and abs(measured - offset) <= DATE_TOLERANCE_SECONDS:
+                break
+            time.sleep(0.4)
+        facts["date_header_offset"] = None if measured is None else round(measured, 3)
+        if measured is not None and abs(offset) > DATE_TOLERANCE_SECONDS:
+            if abs(measured - offset) <= DATE_TOLERANCE_SECONDS:
+                return {"status": "verified", "reason": "HTTP Date header shows the offset", **facts}
+            return {"status": "ineffective", "reason": "HTTP Date header shows no offset"
+                    + (" (a Go program reads the clock without libc)" if go else ""), **facts}
+    if go:
+        return {"status": "cannot_apply", "reason": "a Go program reads the clock through the vDSO, not libc: "
+                "libfaketime cannot move it", **facts}
+    if mapped:
+        return {"status": "preloaded", "reason": "libfaketime is mapped into the role's processes "
+                "(libc time calls are faked; no clock of the role to compare with)", **facts}
+    return {"status": "cannot_apply", "reason": "libfaketime is not mapped into the role's processes "
+            "(a static binary, or LD_PRELOAD dropped)", **facts}
+
+
+def unverified(history) -> list[dict]:
+    """The clock_skew observations of a run whose offset is not shown to be in effect."""
+    return [e for e in history.of_type("observe") if e.get("source") == "clock_skew" and e.get("status") not in IN_EFFECT]

@@ -1,0 +1,100 @@
+"""clock_skew (harness/clock.py): role groups resolve to the adapter's roles with a scaled offset, the libfaketime
+environment keeps monotonic clocks real, and staging_safety says unknown when an offset is not shown in effect."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import adapter as adapter_mod
+from harness import clock
+from harness.checkers import staging_safety
+from harness.checkers.base import INVALID, UNKNOWN, VALID
+from harness.scenarios import find, for_grade
+from harness_histories import Builder
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_groups_resolve_to_the_adapters_roles_with_a_scaled_offset():
+    sut = adapter_mod.load(REPO / "reference" / "adapter.toml")
+    entries = [{"roles": ["@window", "@recovers_work"], "offset": {"of": "staging_retention_seconds", "times": 0.75}}]
+    assert clock.resolve(entries, sut, ["after_staging_before_record"], sut.timings) == {"api": 3.75, "sweeper": 3.75}
+    assert clock.resolve([{"roles": "@consumers", "offset": 2}], sut, [], sut.timings) == {"worker": 2.0}
+
+
+def test_faketime_env_prepends_the_library_and_keeps_monotonic_real():
+    env = clock.faketime_env(3.75, "/lib/libfaketime.so.1", {"LD_PRELOAD": "/lib/other.so"})
+    assert env == {"LD_PRELOAD": "/lib/libfaketime.so.1 /lib/other.so", "FAKETIME": "+3.750",
+                   "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+def test_a_scenario_skews_only_adapters_declaring_the_timing_it_scales_with():
+    scenario = find("clock-skew-staging")
+    sut = adapter_mod.load(REPO / "reference" / "adapter.toml")
+    lacking = adapter_mod.Adapter(path=sut.path, raw={**sut.raw, "timings": {
+        k: v for k, v in sut.timings.items() if k != "staging_retention_seconds"}})
+    assert scenario in for_grade([scenario], sut, 4)[0]
+    skipped = for_grade([scenario], lacking, 4)[1]
+    assert skipped and "staging_retention_seconds" in skipped[0][1]
+
+
+def test_the_offset_reaches_a_python_role_and_is_seen_mapped():
+    lib = clock.library()
+    if lib is None:  # bootstrap installs faketime; without it the harness records `unavailable`
+        return
+    env = {**os.environ, **clock.faketime_env(100.0, lib, os.environ)}
+    probe = subprocess.Popen([sys.executable, "-c", "import time, sys; print(time.time()); sys.stdout.flush(); "
+                              "time.sleep(3)"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        import time
+
+        skewed = float(probe.stdout.readline())
+        assert 98 < skewed - time.time() < 102
+
+        class Running:
+            pid = probe.pid
+
+            def alive(self):
+                return probe.poll() is None
+
+        found = clock.verify(Running(), 100.0, lambda pgid: [probe.pid])
+        assert found["status"] == "preloaded" and found["libfaketime_mapped"] and not found["go_binary"]
+    finally:
+        probe.kill()
+        probe.wait()
+
+
+def skewed_run(status: str):
+    b = Builder()
+    b.add(0.5, "observe", source="clock_skew", role="sweeper", offset_seconds=3.75, status=status, reason="why")
+    return b
+
+
+def test_staging_safety_is_unknown_unless_every_offset_is_in_effect():
+    for status, expected in (("verified", VALID), ("preloaded", VALID), ("cannot_apply", UNKNOWN),
+                             ("unavailable", UNKNOWN), ("ineffective", UNKNOWN)):
+        b = skewed_run(status)
+        verdict = staging_safety.check(b.history(), b.final, b.run)
+        assert verdict.status == expected, (status, verdict.summary)
+        if expected == UNKNOWN:
+            assert status in verdict.summary and "sweeper" in verdict.summary
+
+
+def test_a_violation_under_an_unverified_offset_stays_invalid():
+    b = skewed_run("cannot_apply")
+    b.attachments["a"] = {"body": {"state": "queued", "original": {"key": "staging/a"}, "variants": []},
+                          "objects": {"staging/a": {"exists": False}}}
+    assert staging_safety.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_a_go_implementation_skips_the_scenario_with_the_reason():
+    go = REPO / "examples" / "go-pipeline" / "adapter.toml"
+    if not (go.parent / "bin" / "gopipe").is_file():  # built by scripts/bootstrap.sh
+        return
+    scenario = find("clock-skew-staging")
+    chosen, skipped = for_grade([scenario], adapter_mod.load(go), 4)
+    assert not chosen and "a Go program reads the clock without libc" in skipped[0][1]
+    assert clock.cannot_skew(adapter_mod.load(REPO / "reference" / "adapter.toml"), scenario.raw) is None
