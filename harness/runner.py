@@ -650,6 +650,8 @@ class ScenarioRun:
         for step in self.schedule:
             self._release(step)
         repaired = heal_all(self.supervisor, self.toxiproxy, self.expected_running(), self.history, self.stack)
+        if repaired:  # a role restarted by the heal (an armed API, say) must answer before the drain reads it
+            self._wait_healthy()
         self.log("healed and verified" + (f" (repaired: {'; '.join(repaired)})" if repaired else ""))
 
     def _attachment_ids(self) -> list[str]:
