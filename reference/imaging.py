@@ -56,6 +56,18 @@ def _init_pool_process(max_pixels: int) -> None:
     warnings.simplefilter("error", Image.DecompressionBombWarning)
 
 
+def kill_pool(executor) -> None:
+    """Stop a process pool now, killing a process that is still busy (a render past its time limit): the executor
+    has no public API for that, so its processes are read before the shutdown and killed."""
+    processes = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        try:
+            process.kill()
+        except Exception:
+            pass
+
+
 def make_pool(workers: int, limits: Limits) -> ProcessPoolExecutor:
     try:
         context = multiprocessing.get_context("forkserver")

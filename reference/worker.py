@@ -135,7 +135,7 @@ class RenderPool:
     def _replace(self, executor, why: str) -> None:
         log.warning("replacing one image process: %s", why)
         self.executors.discard(executor)
-        _kill(executor)
+        imaging.kill_pool(executor)
         replacement = imaging.make_pool(1, self.limits)
         self.executors.add(replacement)
         task = asyncio.get_running_loop().create_task(self._start(replacement))
@@ -149,7 +149,7 @@ class RenderPool:
         except Exception as exc:  # could not start: try a fresh one, never lose the slot
             log.warning("image process did not start (%s); retrying", type(exc).__name__)
             self.executors.discard(executor)
-            _kill(executor)
+            imaging.kill_pool(executor)
             await asyncio.sleep(0.5)
             replacement = imaging.make_pool(1, self.limits)
             self.executors.add(replacement)
@@ -158,24 +158,14 @@ class RenderPool:
         if executor in self.executors:
             self.idle.put_nowait(executor)
         else:  # shut down meanwhile
-            _kill(executor)
+            imaging.kill_pool(executor)
 
     def shutdown(self) -> None:
         for task in list(self.starting):
             task.cancel()
         for executor in list(self.executors):
-            _kill(executor)
+            imaging.kill_pool(executor)
         self.executors.clear()
-
-
-def _kill(executor) -> None:
-    processes = list((getattr(executor, "_processes", None) or {}).values())  # no public API to kill a busy one
-    executor.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        try:
-            process.kill()
-        except Exception:
-            pass
 
 
 class Worker:

@@ -27,6 +27,7 @@ import warnings
 
 from PIL import Image
 
+from reference.imaging import kill_pool
 from reference.inspection import UploadRejected, _ends_properly, inspect_image
 
 log = logging.getLogger("reference.api")
@@ -103,22 +104,10 @@ class _Slot:
         old = self.executor
         self.executor = self._new()
         self.executor.submit(_ready)  # start its process now, not on the next request's clock
-        processes = list(getattr(old, "_processes", {}).values())  # no public API to stop a running task
-        old.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            try:
-                process.kill()
-            except Exception:
-                pass
+        kill_pool(old)
 
     def shutdown(self) -> None:
-        processes = list(getattr(self.executor, "_processes", {}).values())
-        self.executor.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            try:
-                process.kill()
-            except Exception:
-                pass
+        kill_pool(self.executor)
 
 
 class DecodeSandbox:
