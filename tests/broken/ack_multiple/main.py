@@ -27,9 +27,9 @@ _newest: dict = {}  # channel -> the newest delivery received on it
 _settled_upto: dict = {}  # channel -> the highest delivery tag a shared ack settled
 
 
-async def _on_message_noting_the_newest(self, message):
+async def _on_message_noting_the_newest(self, message, **kwargs):
     _newest[message.channel] = message
-    await _original_on_message(self, message)
+    await _original_on_message(self, message, **kwargs)
 
 
 async def _settle_the_batch(message, how: str) -> None:
