@@ -25,6 +25,8 @@ SECRET_KEY = "harness-secret-key"
 
 # Where weed puts its gRPC sockets whatever its flags say.
 STRAY_SOCKET_DIR = Path("/tmp")
+MAX_VOLUMES = 4000
+
 # Every port weed mini opens, so none falls back to a fixed default that another stack may hold.
 PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port",
               "filer.port.grpc", "s3.port.grpc", "admin.port", "admin.port.grpc")
@@ -89,7 +91,11 @@ class SeaweedFS:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
         argv = [str(weed()), "-logtostderr", "mini", f"-dir={self.root / 'data'}",
                 f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}", f"-s3.port={self.s3_port}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
-                "-admin.ui=false", f"-s3.config={config}", f"-bucket={self.bucket}"]
+                "-admin.ui=false", f"-s3.config={config}", f"-bucket={self.bucket}",
+                # Every bucket is a collection with volumes of its own, and each run or test gets a bucket: the
+                # automatic limit (free disk / 1 GiB, 77 on a CI disk) ran out within one test session. Volumes
+                # are created as needed and start small, so a high cap costs nothing until used.
+                f"-volume.max={MAX_VOLUMES}"]
         argv += [f"-{flag}={port}" for flag, port in self.other_ports.items()]
         argv += [f"-{flag}={path}" for flag, path in self.socket_paths.items()]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
