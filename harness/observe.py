@@ -237,8 +237,12 @@ class Tap(Poller):
 
     Two sources feed one private queue: a copy of each binding of the work queue (any exchange type: the copy
     routes exactly what the original routes, dead-lettered messages included), kept in sync while the run goes
-    on, since roles may declare their topology at start or late; and the vhost's firehose for publishes to the
-    default exchange, which has no binding to copy (kept only when the broker says it routed to the work queue).
+    on, since roles may declare their topology at start or late; and the vhost's firehose, kept only for what the
+    broker says it routed to the work queue. The firehose is the only view of default-exchange publishes, and of
+    publishes made before a binding could be copied (a role that declares and publishes at once). For an exchange
+    whose binding is copied, the firehose is used until the first copy from it arrives: the tap queue is FIFO and
+    the broker traces a publish before routing it, so that first copy repeats the firehose record just kept for
+    the same publish (dropped as such), and from then on the copies stand for that exchange.
     """
 
     def __init__(self, management: Management, history, work_queue: str, dead_letter_queue: str | None,
@@ -256,6 +260,8 @@ class Tap(Poller):
         self._last_sync = 0.0
         self.copied: set[tuple[str, str, str]] = set()  # (exchange, routing key, arguments) copied onto the tap
         self.firehose = False
+        self.copies_seen: set[str] = set()  # exchanges a binding copy arrived from: their firehose records are dropped
+        self.traced: dict[str, list[tuple]] = {}  # exchange -> firehose records kept before its first copy arrived
         self.messages: list[dict] = []  # (body, raw, properties, exchange, routing_key) of every tapped message
         self._lock = threading.Lock()
 
@@ -264,7 +270,8 @@ class Tap(Poller):
         self.m.declare_queue(self.tap_queue)
         try:
             self.m.enable_tracing()
-            self.m.bind(TRACE_EXCHANGE, self.tap_queue, "publish.")
+            self.m.bind(TRACE_EXCHANGE, self.tap_queue, "publish.")   # the default exchange
+            self.m.bind(TRACE_EXCHANGE, self.tap_queue, "publish.#")  # every other one
             self.firehose = True
         except httpx.HTTPError as exc:
             self.history.append("note", message="firehose unavailable: default-exchange publishes are not observed",
@@ -343,15 +350,33 @@ class Tap(Poller):
         that did not reach the work queue."""
         properties = message.get("properties") or {}
         if message.get("exchange") != TRACE_EXCHANGE:
-            return {"exchange": message.get("exchange") or "", "routing_key": message.get("routing_key") or "",
+            exchange = message.get("exchange") or ""
+            seen = {"exchange": exchange, "routing_key": message.get("routing_key") or "",
                     "properties": properties, "source": "binding"}
+            if exchange not in self.copies_seen:  # the first copy from this exchange
+                self.copies_seen.add(exchange)
+                kept = self.traced.pop(exchange, [])
+                if self._fingerprint(seen, message) in kept[-1:]:
+                    return None  # the same publish as the firehose record just kept
+            return seen
         trace = properties.get("headers") or {}
         routed = trace.get("routed_queues")
         keys = trace.get("routing_keys") or [""]
         if self.work_queue not in (routed if routed is not None else keys):
             return None
-        return {"exchange": trace.get("exchange_name") or "", "routing_key": keys[0],
-                "properties": trace.get("properties") or {}, "source": "firehose"}
+        exchange = trace.get("exchange_name") or ""
+        if exchange and exchange in self.copies_seen:
+            return None  # its binding copies stand for it
+        seen = {"exchange": exchange, "routing_key": keys[0], "properties": trace.get("properties") or {},
+                "source": "firehose"}
+        if exchange:
+            self.traced.setdefault(exchange, []).append(self._fingerprint(seen, message))
+        return seen
+
+    @staticmethod
+    def _fingerprint(seen: dict, message: dict) -> tuple:
+        # Headers are left out: the firehose nests them in a table, which the management API may render otherwise.
+        return seen["routing_key"], message.get("payload"), seen["properties"].get("message_id")
 
     def sample(self) -> dict:
         out = {}
