@@ -232,6 +232,18 @@ class Supervisor:
                     exit_info["log_tail"] = log_tail(instance.log_path)
                 instance.exits.append(exit_info)
                 self._record("role", action="exit", **exit_info)
+                # A role that died on its own (a crash failpoint, a SIGKILL of its PID) leaves its children behind
+                # (a process pool's forkserver and workers, re-parented to init): as when a container's main
+                # process dies, nothing of its group outlives it.
+                left = group_members(process.pid)
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                if left:
+                    self._record("note", message="killed what the exited role left running in its process group",
+                                 role=instance.name, pids=sorted(left))
                 if self.on_exit:
                     try:
                         self.on_exit(instance, exit_info)

@@ -90,3 +90,20 @@ def test_revivers_racing_start_a_crashed_role_once(tmp_path):
         assert sup.instances["worker"].starts == 2
     finally:
         sup.stop_all()
+
+
+def test_a_role_that_dies_on_its_own_leaves_nothing_of_its_group_running(tmp_path):
+    # The leader kills itself (as a crash failpoint or a SIGKILL of its own PID would end it); the child it forked
+    # (think of a process pool's forkserver) would be re-parented to init and live on.
+    script = SCRIPT.replace("print('up', flush=True); time.sleep(60)",
+                            "print('up', flush=True); time.sleep(0.5); os.kill(os.getpid(), 9)")
+    with HistoryWriter(tmp_path / "h.jsonl") as history:
+        sup = Supervisor(tmp_path, history)
+        sup.add("worker", "worker", [sys.executable, "-c", script], dict(os.environ))
+        instance = sup.start("worker")
+        assert wait_for(lambda: len(group_members(instance.pid)) == 2)
+        child = [p for p in group_members(instance.pid) if p != instance.pid][0]
+        assert wait_for(lambda: process_state(child) in (None, "Z"), timeout=5), "the crashed role's child lives on"
+        sup.stop_all()
+    notes = [e for e in History.load(tmp_path / "h.jsonl").of_type("note") if "left running" in e.get("message", "")]
+    assert notes and child in notes[0]["pids"]
