@@ -66,6 +66,17 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def kill_group_members(pgid: int) -> list[int]:
+    """SIGKILL every process still in group ``pgid``; returns their pids."""
+    members = group_members(pgid)
+    for pid in members:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return members
+
+
 def log_tail(path: Path, lines: int = 15, limit: int = 4000) -> str:
     try:
         with open(path, "rb") as f:
@@ -164,11 +175,7 @@ class Supervisor:
                 self.signal(name, signal.SIGKILL)
                 self.wait_exit(name, 5)
         # Whatever the leader did, no member of its group may outlive it (DESIGN §4 pitfall).
-        for pid in group_members(instance.process.pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_group_members(instance.process.pid)
 
     def ensure_running(self, name: str, extra_env: dict[str, str] | None = None) -> bool:
         """Start ``name`` unless it runs; True if this call started it.
@@ -235,12 +242,7 @@ class Supervisor:
                 # A role that died on its own (a crash failpoint, a SIGKILL of its PID) leaves its children behind
                 # (a process pool's forkserver and workers, re-parented to init): as when a container's main
                 # process dies, nothing of its group outlives it.
-                left = group_members(process.pid)
-                for pid in left:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                left = kill_group_members(process.pid)
                 if left:
                     self._record("note", message="killed what the exited role left running in its process group",
                                  role=instance.name, pids=sorted(left))

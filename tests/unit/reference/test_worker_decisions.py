@@ -648,12 +648,9 @@ def test_unclassified_error_before_the_claim_backs_off_then_dead_letters_with_it
     assert "RaiseException" in reason and "SQLSTATE P0001" in reason
 
 
-def test_read_only_database_is_waited_out_like_an_outage(harness):
-    """A read-only database (failover, maintenance) is the database's condition: the claim waits with backoff and
-    goes on once writes are accepted again — no requeue, no attempt spent."""
-    answers = iter([psycopg.errors.ReadOnlySqlTransaction("read-only")] * 2 + [claim_row()])
-    harness.db.answers["claim_job"] = lambda params: next(answers)
-    # The fake raises answers that are exceptions only when given directly: unwrap here.
+def raise_exception_answers(harness) -> None:
+    """The fake database raises an exception answer only when given directly; one computed by a callable answer is
+    returned. Make the worker's database calls raise those too."""
     original = harness.db.__call__
 
     async def call(sql, params):
@@ -663,6 +660,14 @@ def test_read_only_database_is_waited_out_like_an_outage(harness):
         return answer
 
     harness.worker._db_once = call
+
+
+def test_read_only_database_is_waited_out_like_an_outage(harness):
+    """A read-only database (failover, maintenance) is the database's condition: the claim waits with backoff and
+    goes on once writes are accepted again — no requeue, no attempt spent."""
+    answers = iter([psycopg.errors.ReadOnlySqlTransaction("read-only")] * 2 + [claim_row()])
+    harness.db.answers["claim_job"] = lambda params: next(answers)
+    raise_exception_answers(harness)
     harness.handle()
 
     assert harness.journal.count("db:claim_job") == 3 and harness.ran("commit_result")
@@ -675,15 +680,7 @@ def test_a_claim_whose_reply_was_lost_is_adopted_not_left_to_the_lease_recovery(
     answers = iter([psycopg.OperationalError("server closed the connection"), None])
     harness.db.answers["claim_job"] = lambda params: next(answers)
     harness.db.answers["adopt_claim"] = claim_row()
-    original = harness.db.__call__
-
-    async def call(sql, params):
-        answer = await original(sql, params)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    harness.worker._db_once = call
+    raise_exception_answers(harness)
     harness.handle()
 
     assert harness.db.params("adopt_claim")["owner"] == harness.db.calls[0][1]["owner"]
@@ -703,15 +700,7 @@ def test_stopping_after_the_claim_releases_the_job_without_spending_an_attempt(h
 
     harness.db.answers["commit_result"] = commit
     harness.db.answers["job_snapshot"] = psycopg.OperationalError("connection refused")
-    original = harness.db.__call__
-
-    async def call(sql, params):
-        answer = await original(sql, params)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-    harness.worker._db_once = call
+    raise_exception_answers(harness)
     harness.handle()
 
     assert harness.ran("release_job") and harness.settlements() == ["nack"]
