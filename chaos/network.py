@@ -10,10 +10,13 @@ class NetworkFaults:
         self.toxiproxy = toxiproxy
         self.history = history
 
-    def apply(self, service: str, kind: str, params: dict | None = None) -> str | None:
-        """Start a fault; returns the toxic name (None for cut, which disables the proxy)."""
+    def apply(self, service: str, kind: str, params: dict | None = None, role: str | None = None) -> str | None:
+        """Start a fault; returns the toxic name (None for cut, which disables the proxy). With ``role``: on that
+        role's own link to the service (a proxy the runner gave it), not on every role's."""
         params = dict(params or {})
-        self.history.append("fault", action="toxic", toxic=kind, phase="start", service=service, params=params)
+        self.history.append("fault", action="toxic", toxic=kind, phase="start", service=service, params=params,
+                            **({"role": role} if role else {}))
+        service = f"{service}@{role}" if role else service
         if kind == "cut":
             self.toxiproxy.cut(service)
             return None
@@ -28,9 +31,11 @@ class NetworkFaults:
                                           stream=params.get("stream", "downstream"))
         raise ValueError(f"unknown network fault {kind!r}; one of {KINDS}")
 
-    def remove(self, service: str, kind: str, toxic_name: str | None) -> None:
+    def remove(self, service: str, kind: str, toxic_name: str | None, role: str | None = None) -> None:
+        link = f"{service}@{role}" if role else service
         if kind == "cut":
-            self.toxiproxy.restore(service)
+            self.toxiproxy.restore(link)
         elif toxic_name:
-            self.toxiproxy.remove_toxic(service, toxic_name)
-        self.history.append("fault", action="toxic", toxic=kind, phase="end", service=service)
+            self.toxiproxy.remove_toxic(link, toxic_name)
+        self.history.append("fault", action="toxic", toxic=kind, phase="end", service=service,
+                            **({"role": role} if role else {}))

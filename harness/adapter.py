@@ -142,9 +142,13 @@ class Adapter(SchemaDocument):
     def expand_roles(self, names: list[str], windows: list[str] = ()) -> list[str]:
         """Role names with the groups a scenario may name instead, so scenarios never assume role names:
         ``@consumers`` (roles flagged ``consumer``), ``@recovers_work`` (roles flagged ``recovers_work``) and
-        ``@window`` (the role hosting the scenario's window)."""
+        ``@window`` (the role hosting the scenario's window) and ``@producers`` (the HTTP role, which accepts uploads
+        and creates their jobs, and the roles hosting the publish windows, which publish them)."""
+        producers = [self.http["role"]] + [self.window_role(w) for w in ("after_commit_before_publish",
+                                                                         "after_publish_before_confirm")]
         groups = {"@consumers": self.roles_flagged("consumer"), "@recovers_work": self.roles_flagged("recovers_work"),
-                  "@window": [r for r in (self.window_role(w) for w in windows) if r]}
+                  "@window": [r for r in (self.window_role(w) for w in windows) if r],
+                  "@producers": list(dict.fromkeys(r for r in producers if r and r in self.raw["roles"]))}
         out: list[str] = []
         for name in names:
             for role in groups.get(name, [name]):

@@ -29,17 +29,19 @@ SCHEMA = "adapter.schema.json"
 # a consumer crash, a pause, orphans, a held consumer). tests/unit/harness/test_harness_adapter_check.py keeps this
 # table in step with the checkers' sources.
 TIMING_CHECKERS: dict[str, tuple[str, ...]] = {
-    "lease_seconds": ("ack_after_commit", "lease_ownership"),
-    "max_attempts": ("bounded_retries",),
+    "lease_seconds": ("ack_after_commit", "lease_ownership", "lease_renewal", "owner_overlap", "stale_ack"),
+    "max_attempts": ("bounded_retries", "dead_letter"),
     "staging_retention_seconds": ("staging_safety",),
     "sweep_interval_seconds": ("staging_safety",),
-    "job_ttl_seconds": ("expiry",),
+    "job_ttl_seconds": ("expiry", "clock_agreement"),
     "stale_queued_seconds": ("redundant_publish",),
+    "retry_base_seconds": ("retry_exhaustion",),
+    "retry_cap_seconds": ("retry_exhaustion",),
 }
 EVERY_SCENARIO = {"bounded_retries"}  # runs, and needs its timing, in every scenario
 # Timings an adapter may leave out without a problem (added after adapters were written): without one, the scenarios
 # that scale with it are skipped and its checks say unknown — a warning, never a refusal to grade.
-OPTIONAL_TIMINGS = {"stale_queued_seconds"}
+OPTIONAL_TIMINGS = {"stale_queued_seconds", "retry_base_seconds", "retry_cap_seconds"}
 
 TOML_TYPES = {"object": "table", "array": "array", "string": "string", "integer": "integer", "number": "number",
               "boolean": "boolean", "null": "nothing"}

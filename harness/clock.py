@@ -22,6 +22,9 @@ offset is only as good as its reach, so after start each skewed role is verified
 
 Checkers that rely on an offset (``staging_safety`` in a run with ``clock_skew``) say ``unknown`` unless every
 skewed role is ``verified`` or ``preloaded``.
+
+An entry may also set ``tz`` (an IANA zone): those roles start with ``TZ=<zone>``, recorded per instance as an
+``observe`` line with ``source = "clock_tz"`` (it reaches Go programs too; the offset does not).
 """
 
 from __future__ import annotations
@@ -53,15 +56,47 @@ def library() -> str | None:
 
 
 def resolve(entries: list[dict], adapter, windows: list[str], timings: dict) -> dict[str, float]:
-    """role name -> offset in seconds (a later entry naming the same role wins)."""
+    """role name -> offset in seconds (a later entry naming the same role wins; an entry with only a ``tz`` sets
+    no offset)."""
     out: dict[str, float] = {}
     for entry in entries or []:
+        if entry.get("offset") is None:
+            continue
         groups = entry.get("roles")
         groups = [groups] if isinstance(groups, str) else list(groups or [])
         offset = float(scale(entry.get("offset", 0), timings))
         for role in adapter.expand_roles(groups, windows):
             if role in adapter.roles:
                 out[role] = offset
+    return out
+
+
+def groups_of(entries: list[dict], adapter, windows: list[str]) -> dict[str, list[str]]:
+    """role name -> the scenario's role groups (``@producers``, ``@consumers``, …) that named it in ``clock_skew``:
+    recorded with each clock observation so a checker knows which side of the queue a clock belongs to."""
+    out: dict[str, list[str]] = {}
+    for entry in entries or []:
+        groups = entry.get("roles")
+        groups = [groups] if isinstance(groups, str) else list(groups or [])
+        for group in groups:
+            for role in adapter.expand_roles([group], windows):
+                if role in adapter.roles and group not in out.setdefault(role, []):
+                    out[role].append(group)
+    return out
+
+
+def resolve_tz(entries: list[dict], adapter, windows: list[str]) -> dict[str, str]:
+    """role name -> TZ (an IANA zone) for the entries that set ``tz`` (a later entry naming the same role wins). A
+    time zone reaches any program through its environment, Go included: libc and Go's time package both read TZ."""
+    out: dict[str, str] = {}
+    for entry in entries or []:
+        if not entry.get("tz"):
+            continue
+        groups = entry.get("roles")
+        groups = [groups] if isinstance(groups, str) else list(groups or [])
+        for role in adapter.expand_roles(groups, windows):
+            if role in adapter.roles:
+                out[role] = str(entry["tz"])
     return out
 
 
@@ -83,7 +118,10 @@ def is_go_binary(pid: int) -> bool:
 def cannot_skew(adapter, scenario_raw: dict) -> str | None:
     """Why a scenario's clock offsets cannot reach the adapter's roles, known before any start (a role whose program
     is a Go binary: Go reads the clock without libc), else None. A wrapper script hides this: then the run's
-    verification says so and the checks relying on the offset are unknown."""
+    verification says so and the checks relying on the offset are unknown. A scenario that also sets a ``tz`` runs
+    anyway: the time zones reach every program, and its checks say the offset part was not exercised."""
+    if any(entry.get("tz") for entry in scenario_raw.get("clock_skew") or []):
+        return None
     groups = [g for entry in scenario_raw.get("clock_skew") or []
               for g in ([entry.get("roles")] if isinstance(entry.get("roles"), str) else entry.get("roles") or [])]
     go = []
@@ -181,5 +219,7 @@ def verify(instance, offset: float, group_members, http_url: str | None = None, 
 
 
 def unverified(history) -> list[dict]:
-    """The clock_skew observations of a run whose offset is not shown to be in effect."""
-    return [e for e in history.of_type("observe") if e.get("source") == "clock_skew" and e.get("status") not in IN_EFFECT]
+    """The clock_skew observations of a run whose offset is not shown to be in effect (the latest per instance: a
+    role held at start is verified again when it is released)."""
+    latest = {e.get("role"): e for e in history.of_type("observe") if e.get("source") == "clock_skew"}
+    return [e for e in latest.values() if e.get("status") not in IN_EFFECT]

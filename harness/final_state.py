@@ -85,8 +85,13 @@ def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None,
         try:
             final["queues"] = tap.sample()
             if tap.dead_letter_queue:
+                from .observe import payload_bytes
+
                 final["dead_letters"] = [
-                    {"routing_key": m.get("routing_key"), "payload": m.get("payload", "")[:2000]}
+                    {"routing_key": m.get("routing_key"), "payload": m.get("payload", "")[:2000],
+                     "payload_encoding": m.get("payload_encoding"),
+                     "sha256": hashlib.sha256(payload_bytes(m)).hexdigest(),
+                     "message_id": (m.get("properties") or {}).get("message_id")}
                     for m in tap.m.get(tap.dead_letter_queue, 50, requeue=True)]
         except Exception as exc:
             final["errors"].append(f"queues: {exc!r}")

@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import scenarios as catalogue_mod
+from .checklist import BY_ID as CHECKLIST_ITEMS
+from .checklist import ITEMS
 from .checkers import combine
 from .defaults import DEFAULT_PARALLEL  # noqa: F401 - re-exported for callers of grade()
 from .report import write_grade_reports
@@ -38,47 +40,131 @@ def proving_verdicts(rid: str, scenario: dict) -> list[dict]:
             and (declared is None or v["invariant"] in declared)]
 
 
-def requirement_checklist(scenario_results: list[dict], skipped: list[dict], required: dict | None = None) -> dict:
+def items_required_at(level: int, catalogue_scenarios) -> dict[str, list[str]]:
+    """Checklist row id -> the graded scenarios (level ≤ ``level``) that provoke it, for every row the level
+    requires (an empty list: the catalogue has nothing that provokes it — the row is missing)."""
+    out: dict[str, list[str]] = {item.id: [] for item in ITEMS if item.level <= level}
+    for s in catalogue_scenarios:
+        if s.in_grade and s.level <= level:
+            for item_id in s.raw.get("verifies") or []:
+                if item_id in out:
+                    out[item_id].append(s.name)
+    return out
+
+
+def _item_row(item, ran: list[dict], skipped: list[dict], required: bool) -> dict:
+    """One checklist row. It passes only when a scenario provoking it ran and one of the row's own checks was
+    exercised and valid there, with none of them invalid or unknown; a scenario invalid by another check leaves
+    the row to its own checks (that scenario fails the grade, and its own rows, anyway)."""
+    base = {"requirement": item.requirement, "meaning": item.meaning, "seed": item.seed, "level": item.level,
+            "checks": list(item.checks), "scenarios": [s["name"] for s in ran]}
+    if not ran:
+        reasons = [f"{s['name']}: {s['reason']}" for s in skipped if item.id in (s.get("verifies") or [])]
+        if not required:
+            return {**base, "status": "skipped", "why": f"not required at this level (from level {item.level})"}
+        if reasons:
+            return {**base, "status": "unknown", "why": "not provoked: every scenario behind it was skipped: "
+                                                        + "; ".join(reasons)}
+        return {**base, "status": "missing", "why": "no scenario of this grade provokes it"}
+    invalid, unknown, exercised, idle = [], [], [], []
+    for s in ran:
+        if s.get("error"):
+            unknown.append(f"{s['name']}: run error: {s['error']}")
+        declared = s.get("checks")
+        for v in s.get("verdicts") or []:
+            if v["invariant"] not in item.checks or (declared is not None and v["invariant"] not in declared):
+                continue
+            label = f"{s['name']} (seed {s['seed']}): {v['invariant']}"
+            if v["status"] == "invalid":
+                invalid.append(f"{label}: {v['summary']}")
+            elif v["status"] == "unknown":
+                unknown.append(f"{label}: {v['summary']}")
+            elif v.get("exercised", True):
+                exercised.append(label)
+            else:
+                idle.append(f"{label} ({v['summary']})")
+    others = [f"{s['name']}: {s['reason']}" for s in skipped if item.id in (s.get("verifies") or [])]
+    also = f" (also behind it, skipped: {'; '.join(others)})" if others else ""
+    if invalid:
+        return {**base, "status": "fail", "why": "; ".join(invalid)}
+    if unknown:
+        return {**base, "status": "unknown", "why": "; ".join(unknown)}
+    if not exercised:
+        return {**base, "status": "unknown", "why": "no check behind it was exercised: " + (
+            "; ".join(idle) or f"no scenario ran one of its checks ({', '.join(item.checks)})")}
+    return {**base, "status": "pass", "why": "exercised and valid: " + ", ".join(exercised) + also}
+
+
+def checklist_rows(scenario_results: list[dict], skipped: list[dict], required_items: dict | None = None) -> dict:
+    """Per checklist row (the seeds' verification items): pass, fail, unknown, missing, or skipped when this
+    grade does not require it."""
+    required_items = required_items if required_items is not None else {item.id: [] for item in ITEMS}
+    return {item.id: _item_row(item, [s for s in scenario_results if item.id in (s.get("verifies") or [])],
+                               skipped, item.id in required_items) for item in ITEMS}
+
+
+def requirement_checklist(scenario_results: list[dict], skipped: list[dict], required: dict | None = None,
+                          rows: dict | None = None) -> dict:
     """Per requirement id: pass, fail, unknown, skipped or not required — with why.
 
-    A requirement passes only when every scenario naming it ran valid and, in at least one of them, a check that
-    proves it was exercised (a check that had nothing to look at proves nothing). A required requirement that no
-    scenario exercised is unknown, never skipped: the grade cannot vouch for it.
+    With checklist rows, a requirement passes only when every row of it this grade requires passes. A scenario
+    that names the requirement without provoking one of its rows still counts against it when it is invalid or
+    unknown. Without rows (or with none required, e.g. a partial grade), a requirement passes when every
+    scenario naming it ran valid and, in at least one of them, a check that proves it was exercised (a check that
+    had nothing to look at proves nothing). A required requirement that nothing exercised is unknown, never
+    skipped: the grade cannot vouch for it.
     """
     required = required if required is not None else {rid: ["?"] for rid in ALL_REQUIREMENTS}
     out = {}
     for rid in ALL_REQUIREMENTS:
-        ran = [s for s in scenario_results if rid in s["requirements"]]
-        needed = rid in required
-        if not ran:
-            reasons = [f"{s['name']}: {s['reason']}" for s in skipped if rid in s.get("requirements", [])]
-            why = "; ".join(reasons) if reasons else NOT_IN_CATALOGUE.get(rid, "no scenario in the catalogue names it")
-            out[rid] = ({"status": "unknown", "why": f"required at this level but not exercised: {why}",
-                         "scenarios": []} if needed else
-                        {"status": "skipped", "why": f"not required by this grade: {why}", "scenarios": []})
+        own = {item_id: row for item_id, row in (rows or {}).items()
+               if CHECKLIST_ITEMS[item_id].requirement == rid and row["status"] != "skipped"}
+        by_scenarios = _by_scenarios(rid, scenario_results, skipped, rid in required or bool(own))
+        if not own:
+            out[rid] = by_scenarios
             continue
-        names = [s["name"] for s in ran]
-        invalid = [s for s in ran if s["verdict"] == "invalid"]
-        unknown = [s for s in ran if s["verdict"] == "unknown"]
-        exercised = [f"{s['name']}: {v['invariant']}" for s in ran for v in proving_verdicts(rid, s)
-                     if v["status"] == "valid" and v.get("exercised", True)]
-        if invalid:
-            why = "; ".join(
-                f"{s['name']} (seed {s['seed']}): " + ", ".join(v["invariant"] for v in s.get("verdicts", [])
-                                                               if v["status"] == "invalid")
-                for s in invalid)
-            out[rid] = {"status": "fail", "why": why, "scenarios": names}
-        elif unknown:
-            out[rid] = {"status": "unknown", "why": "; ".join(f"{s['name']}: {s.get('error') or unknown_reason(s)}"
-                                                              for s in unknown), "scenarios": names}
-        elif not exercised:
-            idle = [f"{s['name']}: {v['invariant']} ({v['summary']})" for s in ran for v in proving_verdicts(rid, s)]
-            out[rid] = {"status": "unknown", "why": "no check behind it was exercised: " + ("; ".join(idle) or
-                        "the scenarios naming it declare no check that proves it"), "scenarios": names}
-        else:
-            out[rid] = {"status": "pass", "why": f"{len(ran)} scenario{'s' if len(ran) > 1 else ''} valid; exercised "
-                                                 f"by {', '.join(exercised)}", "scenarios": names}
+        failing = [f"{item_id} {row['status']}: {row['why']}" for item_id, row in own.items()
+                   if row["status"] != "pass"]
+        names = sorted({n for row in own.values() for n in row["scenarios"]} | set(by_scenarios["scenarios"]))
+        if by_scenarios["scenarios"] and by_scenarios["status"] in ("fail", "unknown") and not by_scenarios["why"].startswith("no check"):
+            failing.append(by_scenarios["why"])  # a scenario naming it went wrong, whichever row it provokes
+        if not failing:
+            out[rid] = {"status": "pass", "why": f"all {len(own)} checklist rows pass ({', '.join(sorted(own))})",
+                        "scenarios": names}
+            continue
+        worst = "fail" if by_scenarios["status"] == "fail" or any(row["status"] == "fail" for row in own.values()) \
+            else "unknown"
+        out[rid] = {"status": worst, "why": "; ".join(failing), "scenarios": names}
     return out
+
+
+def _by_scenarios(rid: str, scenario_results: list[dict], skipped: list[dict], needed: bool) -> dict:
+    ran = [s for s in scenario_results if rid in s["requirements"]]
+    if not ran:
+        reasons = [f"{s['name']}: {s['reason']}" for s in skipped if rid in s.get("requirements", [])]
+        why = "; ".join(reasons) if reasons else NOT_IN_CATALOGUE.get(rid, "no scenario in the catalogue names it")
+        return ({"status": "unknown", "why": f"required at this level but not exercised: {why}", "scenarios": []}
+                if needed else {"status": "skipped", "why": f"not required by this grade: {why}", "scenarios": []})
+    names = [s["name"] for s in ran]
+    invalid = [s for s in ran if s["verdict"] == "invalid"]
+    unknown = [s for s in ran if s["verdict"] == "unknown"]
+    exercised = [f"{s['name']}: {v['invariant']}" for s in ran for v in proving_verdicts(rid, s)
+                 if v["status"] == "valid" and v.get("exercised", True)]
+    if invalid:
+        why = "; ".join(
+            f"{s['name']} (seed {s['seed']}): " + ", ".join(v["invariant"] for v in s.get("verdicts", [])
+                                                           if v["status"] == "invalid")
+            for s in invalid)
+        return {"status": "fail", "why": why, "scenarios": names}
+    if unknown:
+        return {"status": "unknown", "why": "; ".join(f"{s['name']}: {s.get('error') or unknown_reason(s)}"
+                                                      for s in unknown), "scenarios": names}
+    if not exercised:
+        idle = [f"{s['name']}: {v['invariant']} ({v['summary']})" for s in ran for v in proving_verdicts(rid, s)]
+        return {"status": "unknown", "why": "no check behind it was exercised: " + ("; ".join(idle) or
+                "the scenarios naming it declare no check that proves it"), "scenarios": names}
+    return {"status": "pass", "why": f"{len(ran)} scenario{'s' if len(ran) > 1 else ''} valid; exercised "
+                                     f"by {', '.join(exercised)}", "scenarios": names}
 
 
 def unknown_reason(scenario: dict) -> str:
@@ -90,17 +176,24 @@ def scenario_entry(result: dict, run_dir: Path, base: Path, seconds: float) -> d
     s = result["scenario"]
     return {"name": s["name"], "verdict": result["verdict"], "seed": result["seed"],
             "run_dir": str(Path(run_dir).relative_to(base)), "level": s["level"], "requirements": s["requirements"],
-            "windows": s.get("windows") or [], "exactness": s.get("exactness"), "checks": s.get("checks"),
+            "verifies": s.get("verifies") or [], "windows": s.get("windows") or [], "exactness": s.get("exactness"), "checks": s.get("checks"),
             "seconds": round(seconds, 2),
             "verdicts": result["verdicts"], "reproduce": result.get("reproduce"), "error": result.get("error")}
+
+
+def skipped_entry(scenario, why: str) -> dict:
+    return {"name": scenario.name, "reason": why, "level": scenario.level,
+            "requirements": scenario.raw["requirements"], "verifies": scenario.raw.get("verifies") or []}
 
 
 REQUIREMENT_STATUS = {"pass": "valid", "fail": "invalid", "unknown": "unknown", "skipped": "valid"}
 
 
 def aggregate(grade_dir: Path, adapter_summary: dict, level: int, seed: int, entries: list[dict],
-              skipped: list[dict], timings: dict, required: dict | None = None) -> dict:
-    checklist = requirement_checklist(entries, skipped, required)
+              skipped: list[dict], timings: dict, required: dict | None = None,
+              required_items: dict | None = None) -> dict:
+    rows = checklist_rows(entries, skipped, required_items) if required_items is not None else None
+    checklist = requirement_checklist(entries, skipped, required, rows)
     statuses = ([e["verdict"] for e in entries] or ["unknown"]) + [REQUIREMENT_STATUS[r["status"]]
                                                                    for r in checklist.values()]
     return {
@@ -108,6 +201,7 @@ def aggregate(grade_dir: Path, adapter_summary: dict, level: int, seed: int, ent
         "sut": {"name": adapter_summary["name"], "path": adapter_summary.get("path"), "level": adapter_summary["level"]},
         "verdict": combine(statuses), "scenarios": entries, "skipped": skipped,
         "requirements": checklist, "required": required or {}, "timings": timings,
+        **({"checklist": rows, "required_items": required_items} if rows is not None else {}),
     }
 
 
@@ -130,19 +224,27 @@ def _cost(scenario) -> int:
     return int(w.get("uploads", 0)) + int(w.get("bad", 0)) + int(w.get("poison", 0))
 
 
+def plan(adapter, level: int, only: list[str] | None = None):
+    """What a grade runs for this adapter: the chosen scenarios, the skipped ones (with reasons), the required
+    requirements and the required checklist rows."""
+    everything = catalogue_mod.catalogue()
+    required = required_at(level, everything)
+    required_items = items_required_at(level, everything)
+    chosen, skipped_pairs = catalogue_mod.for_grade(everything, adapter, level)
+    if only:  # a partial grade: it vouches only for what the chosen scenarios name and provoke
+        chosen = [s for s in chosen if s.name in only]
+        named = [s for s in everything if s.name in only]
+        required = required_at(level, named)
+        required_items = {k: v for k, v in items_required_at(level, named).items() if v}
+    return chosen, [skipped_entry(s, why) for s, why in skipped_pairs], required, required_items
+
+
 def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stack=None, reports_dir: Path | None = None,
           progress=print, keep_data: bool = False, parallel: int = 1) -> tuple[dict, Path]:
     """Grade on one stack. ``parallel`` > 1 runs that many scenarios side by side (each with its own tenant and
     Toxiproxy proxies); a scenario that restarts a service runs alone, before the others."""
     began = time.monotonic()
-    everything = catalogue_mod.catalogue()
-    required = required_at(level, everything)
-    chosen, skipped_pairs = catalogue_mod.for_grade(everything, adapter, level)
-    if only:  # a partial grade: it vouches only for what the chosen scenarios name
-        chosen = [s for s in chosen if s.name in only]
-        required = required_at(level, [s for s in everything if s.name in only])
-    skipped = [{"name": s.name, "reason": why, "level": s.level, "requirements": s.raw["requirements"]}
-               for s, why in skipped_pairs]
+    chosen, skipped, required, required_items = plan(adapter, level, only)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     grade_dir = Path(reports_dir or REPORTS_DIR) / f"grade-{stamp}-{adapter.name}-L{level}-s{seed}"
     grade_dir.mkdir(parents=True, exist_ok=True)
@@ -207,7 +309,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
     timings.update({f"phase:{k}": v for k, v in phase_totals.items()})
     timings["total"] = round(time.monotonic() - began, 2)
     ordered = [entries[s.name] for s in chosen if s.name in entries]
-    results = aggregate(grade_dir, adapter.summary(), level, seed, ordered, skipped, timings, required)
+    results = aggregate(grade_dir, adapter.summary(), level, seed, ordered, skipped, timings, required,
+                        required_items)
     write_grade_reports(grade_dir, results)
     return results, grade_dir
 
@@ -244,6 +347,7 @@ def recheck_grade(grade_dir: Path) -> dict:
     run = json.loads((grade_dir / stored["scenarios"][0]["run_dir"] / "run.json").read_text()) if entries else {}
     adapter_summary = run.get("adapter") or {**stored["sut"]}
     results = aggregate(grade_dir, adapter_summary, stored["level"], stored.get("seed", 0), entries,
-                        stored.get("skipped", []), stored.get("timings", {}), stored.get("required"))
+                        stored.get("skipped", []), stored.get("timings", {}), stored.get("required"),
+                        stored.get("required_items"))
     write_grade_reports(grade_dir, results)
     return results

@@ -215,33 +215,18 @@ def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> bool:
 
 # --- one submission ---------------------------------------------------------------------------------------------------
 
-def plan(adapter, level: int, only: list[str] | None):
-    """What ``grade()`` runs for this adapter (same rules): chosen scenarios, skipped (with reasons), required."""
-    from .grade import required_at
-
-    everything = catalogue_mod.catalogue()
-    required = required_at(level, everything)
-    chosen, skipped_pairs = catalogue_mod.for_grade(everything, adapter, level)
-    if only:
-        chosen = [s for s in chosen if s.name in only]
-        required = required_at(level, [s for s in everything if s.name in only])
-    skipped = [{"name": s.name, "reason": why, "level": s.level, "requirements": s.raw["requirements"]}
-               for s, why in skipped_pairs]
-    return chosen, skipped, required
-
-
 def partial_grade(folder: Path, adapter, level: int, seed: int, only: list[str] | None, why: str,
                   seconds: float) -> tuple[dict, Path] | None:
     """The grade reports of an interrupted grade, from the scenarios that finished; the others listed as not run
     with ``why``. None when the grade never created its folder."""
-    from .grade import aggregate, scenario_entry
+    from .grade import aggregate, plan, scenario_entry, skipped_entry
     from .report import write_grade_reports
 
     grades = sorted(p for p in folder.glob("grade-*") if p.is_dir())
     if not grades:
         return None
     grade_dir = grades[-1]
-    chosen, skipped, required = plan(adapter, level, only)
+    chosen, skipped, required, required_items = plan(adapter, level, only)
     entries = []
     for scenario in chosen:
         stored = grade_dir / scenario.name / "results.json"
@@ -250,10 +235,9 @@ def partial_grade(folder: Path, adapter, level: int, seed: int, only: list[str] 
             took = sum(v for v in (result.get("timings") or {}).values() if isinstance(v, (int, float)))
             entries.append(scenario_entry(result, grade_dir / scenario.name, grade_dir, took))
         else:
-            skipped.append({"name": scenario.name, "reason": f"not run: {why}", "level": scenario.level,
-                            "requirements": scenario.raw["requirements"]})
+            skipped.append(skipped_entry(scenario, f"not run: {why}"))
     results = aggregate(grade_dir, adapter.summary(), level, seed, entries, skipped, {"total": round(seconds, 2)},
-                        required)
+                        required, required_items)
     write_grade_reports(grade_dir, results)
     return results, grade_dir
 

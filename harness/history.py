@@ -11,6 +11,7 @@ Line types (field ``type``):
   transition                  a state transition read from GET /events
   state                       a state observed by polling GET /v1/attachments/{id}
   message                     a message seen on the tap queue
+  delivery                    a delivery from the work queue to a consumer, from the firehose (only when traced)
   queue                       a queue-depth sample (ready, unacked)
   consumer                    one consumer of the work queue: prefetch, its channel's unacked
   fault                       a nemesis action (``phase`` start / end / hit)
@@ -18,6 +19,8 @@ Line types (field ``type``):
   phase                       a scenario phase marker (workload, faults, heal, drain ...)
   observe                     what the observers could see: tap queue, firehose, each mirrored binding
   note                        anything else worth keeping
+  object                      an object write seen by listing the bucket during the run (key, size, last_modified)
+  metrics                     one read of a role instance's /metrics after the drain: the totals the adapter names
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 EVENT_TYPES = frozenset(
-    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note"}
+    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note",
+     "object", "delivery", "metrics"}
 )
 
 

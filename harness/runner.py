@@ -27,11 +27,11 @@ import httpx
 
 from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
 
-from . import checkers, clock, workload
+from . import checkers, clock, metrics, workload
 from .final_state import read_final
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
-from .observe import ApiObserver, ConsumerSampler, Management, Tap, amqp_queue_depth, decode_payload
+from .observe import ApiObserver, ConsumerSampler, Management, ObjectWatcher, Tap, amqp_queue_depth, decode_payload
 from .paths import reports_dir
 from .supervisor import Supervisor
 
@@ -43,6 +43,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def with_port(url: str, port: int) -> str:
+    """``url`` with its port replaced (a role's own proxy in front of the same service)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    netloc = parts.netloc.rsplit(":", 1)[0] if parts.port is not None else parts.netloc
+    return urlunsplit(parts._replace(netloc=f"{netloc}:{port}"))
 
 
 def new_run_id(name: str, seed: int) -> str:
@@ -68,6 +77,7 @@ class ScenarioRun:
         self.window_hits: list[dict] = []
         self.restart_timers: list[threading.Timer] = []
         self.restart_after: dict[str, float] = {}
+        self.metrics_urls: dict[str, str] = {}  # instance -> its /metrics, for roles besides the HTTP role
         self.schedule = resolve_schedule(list(scenario.raw.get("faults") or []), self.seed,
                                          {**adapter.timings, **(scenario.raw.get("timings") or {})})
         w = scenario.raw["workload"]
@@ -120,7 +130,7 @@ class ScenarioRun:
         error = None
         final = {"read_ok": False, "errors": ["run did not reach the final read"], "attachments": {}}
         self.supervisor = self.tenant = None
-        self.observer = self.tap = self.sampler = None
+        self.observer = self.tap = self.sampler = self.objects = None
         try:
             with self.phase("setup"):
                 self._setup()
@@ -138,6 +148,7 @@ class ScenarioRun:
                 self._drain()
             self._check_not_aborted("the final read")
             with self.phase("final_read"):
+                self._read_metrics()
                 final = read_final(self.base_url, self._attachment_ids(), self.env_direct, self.tap,
                                    events=self.adapter.has("events"))
                 work = amqp_queue_depth(self.tenant.direct.amqp_url, self.adapter.broker["work_queue"])
@@ -201,8 +212,13 @@ class ScenarioRun:
                   "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": "", "TMPDIR": self.role_tmp}
         common.pop("VIRTUAL_ENV", None)
         self.env = {**common, **self.tenant.env(proxied=True)}
+        self.role_links = self._role_links()
         self.skew = clock.resolve(self.scenario.raw.get("clock_skew") or [], self.adapter,
                                   self.scenario.raw.get("windows") or [], self.timings_in_effect)
+        self.zones = clock.resolve_tz(self.scenario.raw.get("clock_skew") or [], self.adapter,
+                                      self.scenario.raw.get("windows") or [])
+        self.clock_groups = clock.groups_of(self.scenario.raw.get("clock_skew") or [], self.adapter,
+                                            self.scenario.raw.get("windows") or [])
         self.env_direct = self.tenant.env(proxied=False)
         setup = self.adapter.setup
         if setup:
@@ -229,11 +245,13 @@ class ScenarioRun:
             skew = self._skew_env(name)
             for index in range(int(counts.get(name, role.instances))):
                 instance = name if index == 0 else f"{name}#{index + 1}"
-                self.supervisor.add(instance, name, command, {**self.env, **role.env, **skew})
+                self.supervisor.add(instance, name, command, {**self.env, **role.env, **skew,
+                                                              **self.role_links.get(name, {}),
+                                                              **self._metrics_env(instance, name)})
         # A failpoint armed before the workload is armed at first start: no extra restart needed; a role held
         # before the workload (a backlog builds up) is never started until its release.
         for step in self.schedule:
-            if step["action"] in ("failpoint", "hold") and step.get("at") is None and step.get("when") is None:
+            if step["action"] in ("failpoint", "hold", "permute") and step.get("at") is None and step.get("when") is None:
                 self._hold(step)
         for name in self.supervisor.instances:
             if name not in self.held:
@@ -245,19 +263,71 @@ class ScenarioRun:
         self.tap.wait_for_topology(float(self.adapter.http.get("startup_timeout_seconds", 30)) / 3)
         self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
         self.observer.start()
+        if self.scenario.raw.get("watch_objects"):
+            self.objects = ObjectWatcher(self.env_direct, self.history)
+            self.history.append("phase", name="object_watch_start", bucket=self.objects.bucket)
+            self.objects.start()
         self.tap.start()
 
-    def _skew_env(self, role: str) -> dict:
-        """LD_PRELOAD=libfaketime + FAKETIME for a role the scenario's clock_skew names (harness/clock.py)."""
-        if role not in self.skew:
+    def _metrics_env(self, instance: str, role: str) -> dict[str, str]:
+        """The listener variables of an instance of a role that serves /metrics besides the HTTP role (adapter
+        [metrics]); its URL is kept for the read after the drain."""
+        declared = self.adapter.raw.get("metrics") or {}
+        if role not in (declared.get("roles") or []):
             return {}
+        port = free_port()
+        self.metrics_urls[instance] = f"http://127.0.0.1:{port}{declared.get('path', '/metrics')}"
+        return metrics.instance_env(declared.get("env") or {}, port)
+
+    def _read_metrics(self) -> None:
+        """One read of every /metrics the adapter declares, after the drain: a ``metrics`` event per instance with
+        the totals of the metrics the adapter names (today the expiry counter), or why it could not be read."""
+        names = {n for n in [self.adapter.expiry.get("metric")] if n}
+        declared = self.scenario.checks
+        if not names or (declared is not None and "expiry_metric" not in declared):
+            return
+        urls = {self.adapter.http.get("role", "api"): f"{self.base_url}/metrics", **self.metrics_urls}
+        for instance, url in urls.items():
+            alive = instance in self.supervisor.instances and self.supervisor.instances[instance].alive()
+            self.history.append("metrics", instance=instance, role=instance.split("#")[0], url=url, alive=alive,
+                                **metrics.read(url, names))
+
+    def _role_links(self) -> dict[str, dict[str, str]]:
+        """Role -> URL variables through proxies of its own, for every role a network fault of the schedule targets
+        (``role`` on a toxic step): that fault then reaches those roles alone, the others keep their links."""
+        links: dict[str, dict[str, str]] = {}
+        variables = {"postgres": "DATABASE_URL", "rabbitmq": "AMQP_URL", "s3": "S3_ENDPOINT_URL"}
+        for step in self.schedule:
+            if step["action"] != "toxic" or not step.get("role"):
+                continue
+            for role in self.adapter.expand_roles([step["role"]], self.scenario.raw.get("windows") or []):
+                var = variables[step["service"]]
+                if var in links.get(role, {}):
+                    continue
+                port = self.stack.role_proxy(self.tenant, role, step["service"])
+                links.setdefault(role, {})[var] = with_port(self.env[var], port)
+        if links:
+            self.toxiproxy = self.stack.tenant_toxiproxy(self.tenant)
+        return links
+
+    def _skew_env(self, role: str) -> dict:
+        """LD_PRELOAD=libfaketime + FAKETIME (and TZ) for a role the scenario's clock_skew names (harness/clock.py)."""
+        zone = {"TZ": self.zones[role]} if role in self.zones else {}
+        if role not in self.skew:
+            return zone
         lib = clock.library()
         if lib is None:
-            return {}
-        return clock.faketime_env(self.skew[role], lib, {**self.env, **self.adapter.roles[role].env})
+            return zone
+        return {**clock.faketime_env(self.skew[role], lib, {**self.env, **self.adapter.roles[role].env}), **zone}
 
-    def _verify_skew(self) -> None:
-        """Record, per skewed instance, whether its clock offset is shown to be in effect (harness/clock.py)."""
+    def _verify_skew(self, only: list[str] | None = None) -> None:
+        """Record, per skewed instance, whether its clock offset is shown to be in effect (harness/clock.py), and the
+        TZ each zoned instance started with."""
+        for name, instance in self.supervisor.instances.items():
+            if instance.role in self.zones and only is None:
+                self.history.append("observe", source="clock_tz", role=name, tz=self.zones[instance.role],
+                                    groups=self.clock_groups.get(instance.role, []), status="set",
+                                    reason="TZ set in the role's environment at start")
         if not self.skew:
             return
         from .supervisor import group_members
@@ -265,7 +335,7 @@ class ScenarioRun:
         lib = clock.library()
         with httpx.Client(base_url=self.base_url) as client:
             for name, instance in self.supervisor.instances.items():
-                if instance.role not in self.skew:
+                if instance.role not in self.skew or (only is not None and name not in only):
                     continue
                 offset = self.skew[instance.role]
                 if lib is None:
@@ -274,7 +344,8 @@ class ScenarioRun:
                 else:
                     http = self.adapter.http.get("health_path", "/healthz") if instance.role == self.adapter.http["role"] else None
                     found = clock.verify(instance, offset, group_members, http, client if http else None)
-                self.history.append("observe", source="clock_skew", role=name, offset_seconds=offset, **found)
+                self.history.append("observe", source="clock_skew", role=name, offset_seconds=offset,
+                                    groups=self.clock_groups.get(instance.role, []), **found)
                 self.log(f"clock of {name} +{offset:g}s: {found['status']} ({found['reason']})")
 
     def _first_start_env(self, name: str) -> dict:
@@ -357,6 +428,11 @@ class ScenarioRun:
             self.held.discard(name)
             self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
         self.history.append("phase", name="hold_end", roles=roles, instances=names, fault=step["index"])
+        if any(self.supervisor.instances[n].role in self.skew for n in names):
+            def verify_released():  # held at start, so not verified then: once its processes are up
+                time.sleep(0.5)
+                self._verify_skew(names)
+            threading.Thread(target=verify_released, daemon=True).start()
         self.log(f"released {', '.join(names)}")
 
     def _workload_and_faults(self) -> None:
@@ -470,6 +546,12 @@ class ScenarioRun:
                 self.failpoints.arm(name, step["window"], step.get("spec", "1*crash"))
             if "crash" not in str(step.get("spec", "1*crash")):
                 self._release(step)  # a pause or an error: the role keeps running, there is no crash to wait for
+                if step.get("until") == "idle":
+                    # Kept armed until every accepted job is terminal (or the step's timeout): the heal disarms it,
+                    # so a fault that must outlast every job's retry budget ends only here.
+                    idle = self._wait_trigger({**step, "when": "idle"}, 0.0)
+                    self.history.append("fault", action="failpoint", phase="end", role=name, window=step["window"],
+                                        spec=step.get("spec"), reason="idle" if idle else "timeout")
                 return
             hit = self.hits.setdefault(name, threading.Event()).wait(float(step.get("timeout", 30)))
             if hit and step.get("peek_queue"):
@@ -505,7 +587,14 @@ class ScenarioRun:
             time.sleep(float(step.get("hold_seconds", 0)))
             self._release(step)
         elif action == "sigstop":
+            # hold: keep those roles stopped from the step's start until after the probe (the paused role itself
+            # is never held: it is the owner under test, and if it recovers work too, it sleeps with its job).
+            paused_role = self._role(step)
+            step = {**step, "hold": [r for r in self.adapter.expand_roles(step.get("hold") or [])
+                                     if r != paused_role]}
+            self._hold(step)
             if not self._wait_trigger(step, delays[0]):
+                self._release(step)
                 return
             name = self._target(step)
             self.processes.sigstop(name)
@@ -517,13 +606,22 @@ class ScenarioRun:
             time.sleep(max(0.0, remaining))
             self.processes.sigcont(name)
             self.log(f"SIGCONT {name}")
+            if step.get("probe_seconds") is not None:
+                self._probe_after_resume(step)
+            self._release(step)
         elif action == "toxic":
             if not self._wait_trigger(step, delays[0]):
                 return
-            toxic = self.network.apply(step["service"], step["toxic"], step.get("params"))
-            self.log(f"{step['toxic']} on {step['service']} for {step.get('duration', 3)}s")
+            # With a role: on that role's own link(s) only (_role_links); without: the whole service, every role.
+            roles = (self.adapter.expand_roles([step["role"]], self.scenario.raw.get("windows") or [])
+                     if step.get("role") else [None])
+            toxics = [(role, self.network.apply(step["service"], step["toxic"], step.get("params"), role=role))
+                      for role in roles]
+            self.log(f"{step['toxic']} on {step['service']}" + (f" of {', '.join(roles)}" if step.get("role") else "")
+                     + f" for {step.get('duration', 3)}s")
             time.sleep(float(step.get("duration", 3)))
-            self.network.remove(step["service"], step["toxic"], toxic)
+            for role, toxic in toxics:
+                self.network.remove(step["service"], step["toxic"], toxic, role=role)
         elif action == "restart_service":
             if not self._wait_trigger(step, delays[0]):
                 return
@@ -540,8 +638,14 @@ class ScenarioRun:
             self._start_extra_instance(self._role(step))
         elif action == "replay":
             self._replay_failed(step)
+        elif action == "inject":
+            if not self._wait_trigger(step, delays[0]):
+                return
+            self._inject(step)
         elif action == "hold":
             self._hold_then_release(step, delays[0])
+        elif action == "permute":
+            self._permute_then_release(step)
         else:
             raise ValueError(f"unknown fault action {action!r}")
 
@@ -561,6 +665,54 @@ class ScenarioRun:
             self.history.append("phase", name="consumer_sampling_start", queue=queue, fault=step["index"])
             self.sampler.start()
         self._release(step)
+
+    def _permute_then_release(self, step) -> None:
+        """The consumers are held from before the workload (``hold``): once the workload is done and every accepted
+        job's message waits in the work queue, take them out and put them back in a seeded random order
+        (harness/permute.py: confirmed before the originals go, never a message lost), then start every held
+        instance at once (parallel delivery), sampling the work queue's consumers if asked."""
+        from .permute import permute_queue
+        from .seeding import stream
+
+        queue = self.adapter.broker["work_queue"]
+        deadline = time.monotonic() + float(step.get("timeout", 30))
+        while not self.workload_done.is_set() and time.monotonic() < deadline and not self.stopping.is_set():
+            time.sleep(0.1)
+        jobs: set = set()
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            jobs = {m["body"].get("job_id") for m in self.tap.tapped() if isinstance(m.get("body"), dict)}
+            depth = amqp_queue_depth(self.tenant.direct.amqp_url, queue) or {}
+            if self.observer.ids and len(jobs) >= len(self.observer.ids) and (depth.get("ready") or 0) >= len(jobs):
+                break
+            time.sleep(0.2)
+        time.sleep(float(step.get("settle_seconds", 0.3)))
+        self.history.append("fault", action="permute", phase="start", queue=queue, jobs_seen=len(jobs),
+                            accepted=len(self.observer.ids))
+        try:
+            done = permute_queue(self.tenant.direct.amqp_url, queue, stream(self.seed, f"permute-{step['index']}"))
+            changed = [d.get("job_id") for d in done["original"]] != [d.get("job_id") for d in done["permuted"]]
+            self.history.append("fault", action="permute", phase="end", queue=queue, changed=changed,
+                                original=done["original"], permuted=done["permuted"], order=done["order"],
+                                published=done["published"])
+            self.log(f"permuted {len(done['order'])} messages of {queue}" + ("" if changed else " (order unchanged)"))
+        except Exception as exc:
+            self.history.append("fault", action="permute", phase="failed", queue=queue, error=repr(exc))
+            self.log(f"permutation failed, originals put back: {exc!r}")
+        if step.get("sample_consumers") and self.sampler is None:
+            self.sampler = ConsumerSampler(self.management, self.history, queue)
+            self.history.append("phase", name="consumer_sampling_start", queue=queue, fault=step["index"])
+            self.sampler.start()
+        self._release(step)
+        # Exact, real-time consumer and ready counts (a passive declare: the management statistics lag by seconds)
+        # until the queue is empty: were several consumers attached while permuted messages still waited?
+        until = time.monotonic() + float(step.get("watch_seconds", 20))
+        while time.monotonic() < until and not self.stopping.is_set():
+            depth = amqp_queue_depth(self.tenant.direct.amqp_url, queue)
+            if depth is not None:
+                self.history.append("queue", kind="consumers", queue=queue, dead_letter=False, **depth)
+                if not depth.get("ready"):
+                    break
+            time.sleep(0.1)
 
     def _stop_sampler(self) -> None:
         if self.sampler is not None and self.sampler.is_alive():
@@ -588,11 +740,41 @@ class ScenarioRun:
             time.sleep(0.6)
         time.sleep(max(0.0, window - (time.monotonic() - began)))
 
+    def _probe_after_resume(self, step) -> None:
+        """After SIGCONT, for ``probe_seconds`` (roles of ``hold`` still stopped): where each accepted job stands.
+        Each sample takes the work queue's exact ready count (passive declare) and the management API's unacked count
+        (refreshed every statistics interval: it lags), THEN a fresh read of every job's state — a delivery settled
+        after its outcome shows as a terminal state, never as a missing message (stale_ack)."""
+        queue = self.adapter.broker["work_queue"]
+        until = time.monotonic() + float(step["probe_seconds"])
+        self.history.append("phase", name="resume_probe_start", queue=queue, fault=step["index"],
+                            seconds=float(step["probe_seconds"]))
+        while time.monotonic() < until and not self.stopping.is_set():
+            exact = amqp_queue_depth(self.tenant.direct.amqp_url, queue)
+            try:
+                stats = self.management.depth(queue)
+            except Exception:
+                stats = None
+            states = {}
+            for attachment_id in self.observer.ids:
+                try:
+                    self.observer.poll_one(attachment_id)
+                except Exception:
+                    pass
+                states[attachment_id] = self.observer.states.get(attachment_id)
+            self.history.append("queue", kind="resume_probe", queue=queue, dead_letter=False, fault=step["index"],
+                                ready=None if exact is None else exact.get("ready"),
+                                consumers=None if exact is None else exact.get("consumers"),
+                                unacked=None if stats is None else stats.get("unacked"),
+                                stats_ready=None if stats is None else stats.get("ready"), states=states)
+            time.sleep(0.2)
+        self.history.append("phase", name="resume_probe_end", queue=queue, fault=step["index"])
+
     def _start_extra_instance(self, role: str) -> str:
         existing = self.instances_of(role)
         template = self.supervisor.instances[existing[0]]
         name = f"{role}#{len(existing) + 1}"
-        self.supervisor.add(name, role, template.command, template.env)
+        self.supervisor.add(name, role, template.command, {**template.env, **self._metrics_env(name, role)})
         self.supervisor.start(name, {"FAILPOINTS": ""})
         self.log(f"started extra instance {name}")
         return name
@@ -624,6 +806,37 @@ class ScenarioRun:
             routed = list(pool.map(send, [m for m in unique for _ in range(copies)]))
         self.history.append("fault", action="republish", phase="end", jobs=jobs, routed=sum(routed))
 
+    def _inject(self, step) -> None:
+        """Publish messages no consumer can process into the work queue (harness/inject.py): the default exchange
+        with the work queue's name as routing key reaches it whatever the topology. Their deliveries are traced
+        from now on, so a checker can count how often each one was handed out."""
+        from . import inject
+
+        kinds = list((step.get("params") or {}).get("kinds") or inject.KINDS)
+        from .seeding import stream
+
+        rng = stream(self.seed, f"inject-{step['index']}")
+        template = next((m["body"] for m in self.tap.tapped() if isinstance(m.get("body"), dict)
+                         and m["body"].get("job_id")), None)
+        traced = self.tap.trace_deliveries()
+        queue = self.adapter.broker["work_queue"]
+        sent = 0
+        for _ in range(int(step.get("count", 1))):
+            for kind in kinds:
+                marker = f"harness-dl-{rng.getrandbits(48):012x}"
+                raw, body = inject.build(kind, marker, template, rng)
+                if raw is None:
+                    self.history.append("note", message=f"inject {kind}: no message seen yet to copy the shape of",
+                                        fault=step["index"])
+                    continue
+                routed = self.management.publish("", queue, raw, inject.properties(marker, body))
+                sent += 1
+                self.history.append("fault", action="inject", phase="publish", fault=step["index"], kind=kind,
+                                    marker=marker, message_id=marker, sha256=inject.digest(raw), raw=raw[:2000],
+                                    body=body, job_id=(body or {}).get("job_id"), queue=queue, routed=routed,
+                                    deliveries_traced=traced)
+        self.log(f"injected {sent} unprocessable messages into {queue}")
+
     def _replay_failed(self, step) -> None:
         """Operator replay of every failed attachment (level 4, capability replay), once the system is idle."""
         if not self._wait_trigger({**step, "when": "idle"}, 0.0):
@@ -643,6 +856,7 @@ class ScenarioRun:
                 self.history.append(kind, op=op, f="replay", attachment_id=attachment_id,
                                     status=response.status_code, unauthenticated_status=unauth,
                                     job_id=answer.get("job_id"), attempt=answer.get("attempt"))
+                self.observer.poll_one(attachment_id)  # its state moves on now: no stale "failed" ends the drain
         self.log(f"replayed {len(failed)} failed attachments")
 
     # --- heal / drain / teardown ----------------------------------------------------------------
@@ -706,9 +920,12 @@ class ScenarioRun:
         for timer in self.restart_timers:
             timer.cancel()
         self._stop_sampler()
-        for poller in (self.observer, self.tap):
+        for poller in (self.observer, self.tap, self.objects):
             if poller is not None:
                 poller.halt()
+        if self.objects is not None:
+            self.history.append("phase", name="object_watch_end", lists=self.objects.lists, errors=self.objects.errors,
+                                last_error=self.objects.last_error)
         if self.supervisor is not None:
             self.supervisor.stop_all()
         if getattr(self, "role_tmp", None):
@@ -735,8 +952,8 @@ def check_run_dir(run_dir: Path, write: bool = True) -> dict:
         "report_version": 1,
         "kind": "scenario",
         "run_id": run["run_id"],
-        "scenario": {k: run["scenario"].get(k) for k in ("name", "description", "windows", "requirements", "level",
-                                                          "exactness", "checks")},
+        "scenario": {k: run["scenario"].get(k) for k in ("name", "description", "windows", "requirements",
+                                                          "verifies", "level", "exactness", "checks")},
         "seed": run["seed"],
         "level": run["level"],
         "sut": {"name": run["adapter"]["name"], "path": run["adapter"].get("path"), "level": run["adapter"]["level"]},

@@ -39,6 +39,22 @@ def validator() -> Draft202012Validator:
     return Draft202012Validator(schema())
 
 
+@lru_cache(maxsize=1)
+def reading_validator() -> Draft202012Validator:
+    """The consumer's view: the contract's fields checked, extra fields allowed (CONTRACT §4: additive)."""
+    return Draft202012Validator({**schema(), "additionalProperties": True})
+
+
+def _carries_location(value: Any) -> bool:
+    if isinstance(value, str):
+        return "://" in value
+    if isinstance(value, dict):
+        return any(_carries_location(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_carries_location(v) for v in value)
+    return False
+
+
 class InvalidMessage(ValueError):
     """The message can never be processed: dead-letter it with this reason."""
 
@@ -114,14 +130,22 @@ def validate(body: Any) -> None:
 
 
 def parse(body: bytes, message_id: str | None = None) -> JobMessage:
-    """Decode and validate a delivery; raises InvalidMessage for poison."""
+    """Decode and validate a delivery; raises InvalidMessage for poison.
+
+    A tolerant reader: fields the contract adds later are ignored (CONTRACT §4), unless one carries a location
+    (a URL), which no message may; the AMQP ``message_id`` is free (it may be fresh per publish), so it is only
+    logged by the caller, never compared with ``job_id``."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidMessage(f"body is not JSON: {exc.msg if hasattr(exc, 'msg') else exc}") from None
-    validate(data)
-    if message_id is not None and message_id != data["job_id"]:
-        raise InvalidMessage("AMQP message_id differs from job_id")
+    errors = sorted(reading_validator().iter_errors(data), key=lambda e: list(e.path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].path) or "(root)"
+        raise InvalidMessage(f"schema violation at {where}: {errors[0].message[:200]}")
+    extra = {k: v for k, v in data.items() if k not in schema()["properties"]}
+    if _carries_location(extra):
+        raise InvalidMessage(f"an extra field carries a location: {sorted(extra)[:5]}")
     return JobMessage(
         job_id=uuid.UUID(data["job_id"]),
         attempt=data["attempt"],

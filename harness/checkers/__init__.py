@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from . import (ack_after_commit, batch_independence, bounded_concurrency, bounded_retries, duplicate_effects, expiry,
+from . import (ack_after_commit, batch_independence, bounded_concurrency, bounded_retries, dead_letter,
+               duplicate_effects, expiry,
                fault_coverage, hostile_inputs, lease_ownership, lost_accepted_work, message_hygiene, redundant_publish,
-               replay_audit, role_stability, staging_safety, state_regression)
+               replay_audit, retry_exhaustion, role_stability, staging_safety, state_regression)
+from . import clock_agreement, order_independence
+from . import expiry_metric
+from . import lease_renewal, owner_overlap
+from . import stale_ack
 from .base import INVALID, UNKNOWN, VALID, Verdict, combine
 
 CHECKERS = {
     module.NAME: module
     for module in (lost_accepted_work, duplicate_effects, state_regression, bounded_retries, ack_after_commit,
                    message_hygiene, lease_ownership, staging_safety, replay_audit, expiry, bounded_concurrency,
-                   batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage)
+                   order_independence, clock_agreement,
+                   batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage,
+                   retry_exhaustion, dead_letter, expiry_metric, lease_renewal,
+                   owner_overlap, stale_ack)
 }
 
 

@@ -160,7 +160,7 @@ def check(history, final, run) -> Verdict:
                                              f"{body.get('state')!r} ({body.get('error_code')})", **base))
     if proven or NAME in checks:  # other scenarios hold consumers too, with failures of their own making
         problems += fresh_bad
-    note = "expiry metric not read (the harness reads no per-role metrics endpoint yet)"
+    note = "the expiry metric is judged by expiry_metric"
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} expiry violations",
                        evidence=problems + proven[:3], seed=seed_of(run))

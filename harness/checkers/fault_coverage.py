@@ -12,6 +12,8 @@ REQUIREMENTS: list[str] = []
 def _happened(step: dict, history) -> tuple[bool, str]:
     action = step.get("action")
     faults = history.of_type("fault")
+    if action == "failpoint" and "error" in str(step.get("spec", "")):
+        return _errored(step, history)
     if action == "failpoint" and "crash" not in str(step.get("spec", "1*crash")):
         return _paused(step, history)
     if action == "failpoint":
@@ -27,6 +29,12 @@ def _happened(step: dict, history) -> tuple[bool, str]:
     if action == "republish":
         done = [e for e in faults if e.get("action") == "republish" and e.get("phase") == "start" and e.get("jobs")]
         return bool(done), f"republished {sum(len(e['jobs']) for e in done)} jobs"
+    if action == "inject":
+        done = [e for e in faults if e.get("action") == "inject" and e.get("phase") == "publish" and e.get("routed")]
+        return bool(done), f"{len(done)} unprocessable messages injected into the work queue"
+    if action == "permute":
+        done = [e for e in faults if e.get("action") == "permute" and e.get("phase") == "end" and e.get("changed")]
+        return bool(done), f"work queue permuted {len(done)} times"
     if action == "replay":
         done = [e for e in history.of_type("invoke") if e.get("f") == "replay"]
         return bool(done), f"{len(done)} replays requested"
@@ -36,6 +44,18 @@ def _happened(step: dict, history) -> tuple[bool, str]:
     if action == "start_instance":
         return True, "instance started"
     return False, f"unknown action {action!r}"
+
+
+def _errored(step: dict, history) -> tuple[bool, str]:
+    """An error failpoint (a transient error) shows as attempts given back: processing → queued after it was armed."""
+    armed = [e.get("t") or 0 for e in history.of_type("fault") if e.get("action") == "failpoint"
+             and e.get("phase") == "arm" and e.get("window") == step.get("window")]
+    if not armed:
+        return False, f"failpoint {step.get('spec')} at {step.get('window')}: never armed"
+    retried = [e for e in history.of_type("transition") if e.get("from") == "processing" and e.get("to") == "queued"
+               and (e.get("t") or 0) >= min(armed)]
+    return bool(retried), (f"failpoint {step.get('spec')} at {step.get('window')}: {len(retried)} attempts given "
+                           "back (processing → queued) after it was armed")
 
 
 def _paused(step: dict, history) -> tuple[bool, str]:

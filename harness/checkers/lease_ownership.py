@@ -28,6 +28,21 @@ def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]
     return out
 
 
+def recovery_held(history, run, stop: dict, cont: dict | None) -> list[str]:
+    """The recovering roles (other than the paused one) kept stopped from before the pause until after it ended:
+    their names, or [] when none were (or the adapter flags none)."""
+    from .ack_after_commit import hold_intervals
+    from .base import recovering_roles
+
+    others = recovering_roles(run) - {role_kind(stop.get("role"))}
+    if not others or cont is None:
+        return []
+    for start, end, _ in hold_intervals(history, others):
+        if start <= stop["wall"] and (end is None or end >= cont["wall"]):
+            return sorted(others)
+    return []
+
+
 def check(history, final, run) -> Verdict:
     lease = timing(run, "lease_seconds")
     paused = pauses(history, consumer_roles(run))
@@ -66,7 +81,11 @@ def check(history, final, run) -> Verdict:
             left = next((t for t in later if t["at"] is not None), None)
             base = dict(attachment_id=attachment_id, events=[stop, cont], paused_seconds=round(paused_for, 2),
                         lease_seconds=lease, attempt=flight["attempt"])
-            if level_of(run) >= 4 and cont and (left is None or left["at"] > cont["wall"]):
+            held = recovery_held(history, run, stop, cont)
+            if held:  # every role that recovers work was stopped on purpose (stale_ack): nobody could recover it
+                proven.append(evidence("job of a paused owner not recovered: every recovering role was held",
+                                       held=held, **base))
+            elif level_of(run) >= 4 and cont and (left is None or left["at"] > cont["wall"]):
                 problems.append(evidence("job of a worker paused past its lease was not recovered while it slept",
                                          **base))
             else:
@@ -75,6 +94,8 @@ def check(history, final, run) -> Verdict:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} ownership violations", evidence=problems,
                        seed=seed_of(run))
     return Verdict(NAME, VALID, REQUIREMENTS,
-                   f"{len(proven)} jobs recovered from paused owners; no stale writes" if exercised
+                   (f"{sum(1 for p in proven if not p.get('held'))} jobs recovered from paused owners"
+                    + (f", {sum(1 for p in proven if p.get('held'))} not (recovery held)"
+                       if any(p.get("held") for p in proven) else "") + "; no stale writes") if exercised
                    else "no stale writes; no job held by a worker paused past its lease",
                    exercised=exercised, evidence=proven, seed=seed_of(run))

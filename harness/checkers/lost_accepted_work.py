@@ -11,7 +11,7 @@ client retry with the same Idempotency-Key that gets a 202 makes them accepted.
 
 from __future__ import annotations
 
-from . import hostile_inputs
+from . import hostile_inputs, retry_exhaustion
 from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, expiry_code,
                    final_read_ok, level_of, seed_of)
 
@@ -32,6 +32,9 @@ def check(history, final, run) -> Verdict:
     promised = LEVEL_VARIANTS.get(level_of(run), LEVEL_VARIANTS[3])
     records = final.get("attachments", {})
     problems, unknowns = [], []
+    # A transient error armed on every attempt (outlasting every job's retry budget) must end jobs failed:
+    # retry_exhaustion judges that outcome (attempt, error_code); here it is not a loss.
+    exhausting = bool(retry_exhaustion.exhausting_arms_of(history, run, len(accepted)))
     for attachment_id, acc in sorted(accepted.items()):
         invoke, ok = acc["invoke"], acc["ok"]
         # may legitimately end failed (hostile kinds: hostile_inputs judges which outcome each may have)
@@ -59,6 +62,8 @@ def check(history, final, run) -> Verdict:
         elif state == "failed":
             if body.get("error_code") == expiry_code(run) and not bad_input:
                 pass  # expired work is an outcome of its own, judged by the expiry checker
+            elif exhausting and body.get("error_code"):
+                pass  # the retry budget ran out under a fault on every attempt: judged by retry_exhaustion
             elif not bad_input:
                 problems.append(evidence("good input ended failed", error_code=body.get("error_code"), **base))
             elif not body.get("error_code"):

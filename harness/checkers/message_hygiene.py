@@ -84,7 +84,12 @@ def forbidden_content(m: dict, filenames: set[str], keys: set[str]) -> list[tupl
 
 
 def check(history, final, run) -> Verdict:
-    messages = history.of_type("message")
+    from .dead_letter import injected_as, injections
+
+    # Messages the harness injected itself (scenario fault ``inject``: unprocessable on purpose) are not the
+    # implementation's: dead_letter judges what becomes of them.
+    injected = injections(history)
+    messages = [m for m in history.of_type("message") if not injected or injected_as(m, injected) is None]
     accepted = accepted_attachments(history)
     if accepted and not messages:
         observed = history.of_type("observe")

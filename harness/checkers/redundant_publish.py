@@ -86,6 +86,8 @@ def check(history, final, run) -> Verdict:
     for e in history.of_type("transition"):
         if e.get("from") is not None:  # anything after the acceptance's none -> queued
             transitions.setdefault(e.get("attachment_id"), []).append(e)
+    permuted_at = min((e["t"] for e in history.of_type("fault") if e.get("action") == "permute"),
+                      default=float("inf"))
     stale = timing(run, "stale_queued_seconds")
     sweep = timing(run, "sweep_interval_seconds") or 0.0
     problems, skipped, longest = [], [], 0.0
@@ -99,6 +101,7 @@ def check(history, final, run) -> Verdict:
             held_jobs += 1
             longest = max(longest, end - ok["t"])
             changed = min((t["t"] for t in transitions.get(attachment_id, [])), default=float("inf"))
+            changed = min(changed, permuted_at)  # from there on the work queue holds the harness's own copies
             seen = [m for m in by_job.get(ok.get("job_id"), []) if start <= m["t"] <= min(end, changed)]
             for index, later in enumerate(seen[1:], start=1):
                 first = seen[0]

@@ -73,6 +73,21 @@ def _requirements_table(results: dict) -> str:
             f'<th>why</th></tr>{"".join(rows)}</table>')
 
 
+def _items_table(results: dict) -> str:
+    """The seeds' verification items, one row each (empty for results written before the checklist existed)."""
+    rows = []
+    for item_id, row in (results.get("checklist") or {}).items():
+        scenarios = ", ".join(f'<a href="#{anchor(s)}">{esc(s)}</a>' for s in row.get("scenarios") or [])
+        rows.append(f'<tr><td><b>{esc(item_id)}</b></td><td>{pill(row["status"])}</td>'
+                    f'<td>{esc(row["meaning"])}<div class="meta">{esc(row.get("seed", ""))} · from level '
+                    f'{esc(row["level"])}</div><div class="meta">{scenarios}</div></td>'
+                    f'<td class="why">{esc(row["why"])}</td></tr>')
+    if not rows:
+        return ""
+    return ('<h2>Checklist: the seeds\' verification items</h2><table class="checklist"><tr><th>row</th><th>status</th>'
+            f'<th>what (scenarios)</th><th>why</th></tr>{"".join(rows)}</table>')
+
+
 def _scenario_table(results: dict) -> str:
     rows = []
     for s in results.get("scenarios") or []:
@@ -154,6 +169,7 @@ def grade_page(grade_dir: Path, results: dict) -> str:
 <a href="timeline.html">timeline index</a></p>
 <h2>Requirements</h2>
 {_requirements_table(results)}
+{_items_table(results)}
 <h2>Scenarios</h2>
 {_scenario_table(results)}
 <h2>Where the time went</h2>

@@ -14,7 +14,7 @@ REQUIREMENT_TITLES = {
     "BE-JOB-007": "per-item batch results",
 }
 MARK = {"valid": "✅ valid", "invalid": "❌ invalid", "unknown": "❔ unknown", "pass": "✅ pass", "fail": "❌ fail",
-        "skipped": "⏭ skipped"}
+        "skipped": "⏭ skipped", "missing": "⛔ missing"}
 
 
 def _evidence_lines(v: dict, limit: int = 5) -> list[str]:
@@ -55,6 +55,23 @@ def scenario_md(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def checklist_md(r: dict) -> list[str]:
+    """The seeds' verification items, one row each, grouped by requirement (absent from older results)."""
+    rows = r.get("checklist")
+    if not rows:
+        return []
+    tally = {status: sum(row["status"] == status for row in rows.values())
+             for status in ("pass", "fail", "unknown", "missing", "skipped")}
+    lines = ["", "## Checklist: the seeds' verification items", "",
+             ", ".join(f"{n} {status}" for status, n in tally.items() if n) + f" (of {len(rows)} rows; rows above "
+             f"level {r['level']} are not required)", "",
+             "| row | what the seed asks | from level | status | scenarios | why |", "|---|---|---|---|---|---|"]
+    for item_id, row in rows.items():
+        lines.append(f"| {item_id} | {row['meaning']} <br>*{row.get('seed', '')}* | {row['level']} | "
+                     f"{MARK[row['status']]} | {', '.join(row['scenarios']) or '—'} | {row['why']} |")
+    return lines
+
+
 def grade_md(r: dict) -> str:
     lines = [f"# Grade of {r['sut']['name']} at level {r['level']} — {MARK[r['verdict']]}", "",
              f"- adapter: `{r['sut'].get('path')}` (claims level {r['sut']['level']})",
@@ -62,6 +79,7 @@ def grade_md(r: dict) -> str:
              "## Requirements", "", "| id | what | status | why |", "|---|---|---|---|"]
     for rid, req in sorted(r["requirements"].items()):
         lines.append(f"| {rid} | {REQUIREMENT_TITLES.get(rid, '')} | {MARK[req['status']]} | {req['why']} |")
+    lines += checklist_md(r)
     for level in sorted({s["level"] for s in r["scenarios"]} | {s.get("level", 0) for s in r.get("skipped", [])} - {0}):
         lines += ["", f"## Level {level}", "", "| scenario | windows | requirements | verdict | seed | time |",
                   "|---|---|---|---|---|---|"]

@@ -237,6 +237,16 @@ class Stack:
                                 self.s3.endpoint_url(port=s3)),
             proxy_names=names)
 
+    def role_proxy(self, tenant: Tenant, role: str, service: str) -> int:
+        """A proxy of its own for one role's link to ``service`` (every instance of the role goes through it), so a
+        fault can reach that role alone while the others keep their links. Registered in the tenant's proxies as
+        ``service@role`` (faults, heal and ``close_tenant`` cover it); returns the port it listens on."""
+        upstreams = {"postgres": self.postgres.port, "rabbitmq": self.rabbitmq.amqp_port, "s3": self.s3.s3_port}
+        name = f"{tenant.name}-{service}-{re.sub(r'[^a-z0-9]+', '-', role.lower())}"
+        port = self.toxiproxy.create_proxy(name, upstreams[service])
+        tenant.proxy_names[f"{service}@{role}"] = name
+        return port
+
     def tenant_toxiproxy(self, tenant: Tenant):
         """Network faults for one tenant, on the proxies its roles connect through and no others."""
         return self.toxiproxy.scoped(tenant.proxy_names)

@@ -186,7 +186,7 @@ class PipelineModel(Builder):
         adapter["consumers"] = [cfg.consumer]
         adapter["recovers_work"] = [cfg.recoverer]
         adapter["capabilities"] = {"failpoints": cfg.failpoints, "replay": cfg.replay, "events": cfg.events}
-        adapter["expiry"] = {"error_code": cfg.expiry_code}
+        adapter["expiry"] = {"error_code": cfg.expiry_code, "metric": "jobs_expired_total"}
         adapter["limits"] = {"prefetch": cfg.prefetch}
         adapter["broker"] = {"work_queue": cfg.work_queue}
         self.run["schedule"] = []
@@ -1004,6 +1004,13 @@ class PipelineModel(Builder):
             self.add(t, "queue", queue=cfg.work_queue, dead_letter=False, ready=ready, unacked=unacked)
             t = round(t + rng.uniform(0.4, 0.9), 3)
         assert all(m.acked is not None for m in self.msgs), [m.job.att for m in self.msgs if m.acked is None]
+        # After the drain the harness reads every /metrics once: the expired jobs, counted by whichever role
+        # expired them (split at random: the sum is what the contract asks for).
+        expired = sum(1 for a in self.attachments.values() if a["body"]["error_code"] == cfg.expiry_code)
+        by_consumer = rng.randint(0, expired)
+        for instance, value in ((cfg.consumer, by_consumer), (cfg.recoverer, expired - by_consumer)):
+            self.add(read_at - 0.5, "metrics", instance=instance, role=instance, url=f"http://127.0.0.1:1/{instance}",
+                     alive=True, ok=True, values={"jobs_expired_total": float(value)})
         self.final.update(read_ok=True, errors=[], bucket_objects=listing, read_at=iso(T0 + read_at),
                           queues={"work": {"ready": 0, "unacked": 0}})
         order = sorted(range(len(self.events)), key=lambda i: (self.events[i]["t"], i))

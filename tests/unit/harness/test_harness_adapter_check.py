@@ -81,7 +81,7 @@ def test_a_broken_adapter_lists_each_problem_with_its_field(tmp_path, capsys):
     # The missing lease names the scenarios it costs: skipped (faults scale with it) and unknown (its checkers).
     lease = found["timings.lease_seconds"]
     assert "worker-paused-past-lease would be skipped" in lease
-    assert "would be unknown (ack_after_commit, lease_ownership need it)" in lease
+    assert "would be unknown (ack_after_commit, lease_ownership, lease_renewal, owner_overlap, stale_ack need it)" in lease
 
     assert cli.main(["adapter", "check", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
@@ -113,7 +113,7 @@ def test_missing_max_attempts_makes_every_scenario_unknown(tmp_path):
     path.write_text(REFERENCE.read_text().replace("max_attempts = 5\n", "").replace('max_attempts = "MAX_ATTEMPTS"\n', ""))
     found = fields(check(path))
     assert list(found) == ["timings.max_attempts"]
-    assert re.search(r"all \d+ scenarios that run at level 4 would be unknown \(bounded_retries needs it\)",
+    assert re.search(r"all \d+ scenarios that run at level 4 would be unknown \(bounded_retries(, dead_letter)? needs? it\)",
                      found["timings.max_attempts"])
 
 
@@ -213,7 +213,12 @@ def test_the_timing_table_matches_the_checkers_sources():
     """adapter_check.TIMING_CHECKERS says which checker needs which timing; a checker using a new timing (or no
     longer using one) must update it. Advisory uses (no `unknown` without them) are listed here."""
     advisory = {("bounded_retries", "retry_cap_seconds"), ("bounded_retries", "lease_seconds"),
-                ("role_stability", "lease_seconds"), ("redundant_publish", "sweep_interval_seconds")}
+                ("role_stability", "lease_seconds"), ("dead_letter", "lease_seconds"), ("redundant_publish", "sweep_interval_seconds"),
+                # retry_exhaustion's scenario sets max_attempts itself (skipped when it cannot); the lease only
+                # bounds how long a whole budget may take
+                ("retry_exhaustion", "max_attempts"), ("retry_exhaustion", "lease_seconds"),
+                # without a sweep interval lease_renewal does not judge how soon a job is recovered (no unknown)
+                ("lease_renewal", "sweep_interval_seconds")}
     timings = tuple(validator("adapter.schema.json").schema["properties"]["timings"]["properties"])
     table = {(checker, timing) for timing, checkers in TIMING_CHECKERS.items() for checker in checkers}
     used = set()

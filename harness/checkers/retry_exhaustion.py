@@ -1,0 +1,310 @@
+"""Retry exhaustion and backoff (BE-JOB-003.2): a transient fault that outlasts the whole retry budget.
+
+Provoked by a failpoint ``error`` (docs/CONTRACT.md §7: a transient error) armed on every hit, or on more hits
+than the budget of every accepted job (``N*error`` with N ≥ jobs × max_attempts): no attempt can ever commit. Every
+affected job must end ``failed`` at attempt == max_attempts (one budget per operator replay) with an
+error_code — never ``ready``, never left ``queued``/``processing``, never claimed for more attempts than the
+budget. An S3 or database outage is not used: the contract lets an implementation wait an outage out without
+spending attempts.
+
+The backoff is judged from outside, from the events API: the delay of the k-th retry of a job is the time from its
+k-th ``processing → queued`` to the next ``queued → processing`` (the implementation's own timestamps). Full jitter
+(``rand(0, min(cap, base·2^n))``) makes a single delay small at any retry number, so growth is judged on the
+delays of many jobs: the mean delay of the late half of the retry numbers against the early half's (queue wait and
+load add to every delay alike, so the gain in seconds is measured against the gain full jitter promises), and
+spread on the late retry numbers (delays of one retry number not all alike). Each test has a clear
+"yes", a clear "no" (a zero, fixed or unjittered delay: invalid) and a band between them that says ``unknown``;
+too few samples, or a declared cap that leaves no room to grow over the observed retries, is ``unknown`` too.
+The thresholds scale with the adapter's declared ``retry_base_seconds`` and ``retry_cap_seconds`` (none declared:
+``unknown``), never with one implementation's constants.
+"""
+
+from __future__ import annotations
+
+import re
+from statistics import mean
+
+from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok, missing_timings,
+                   operator_replays, seed_of, timing, transitions_of)
+
+NAME = "retry_exhaustion"
+REQUIREMENTS = ["BE-JOB-003"]
+
+_ERROR_SPEC = re.compile(r"^\s*(?:(?P<count>\d+)\s*\*)?\s*error\s*$")
+MIN_SAMPLES = 4  # delays per retry number before that retry number is judged
+MIN_JOBS = 3  # jobs whose retries were seen before growth across jobs is judged
+# Growth of the mean delay from the early to the late retry numbers, as a share of what full jitter promises
+# under the declared base and cap (queue wait and load add to every delay alike, so the gain, not the ratio, is
+# the measure; the ratio guards against a gain that is all noise).
+CLEAR_SHARE, FLAT_SHARE = 0.4, 0.15
+GROWTH_CLEAR, GROWTH_FLAT = 1.25, 1.1
+SPREAD_JITTER = 0.3  # (max - min) / max among one retry number's delays at or above this: jittered
+SPREAD_FLAT = 0.1  # below this at every late retry number: one delay for every job (no jitter)
+
+
+def _exhausting_arms(history, budget_jobs: int, max_attempts: int) -> list[dict]:
+    """Failpoint arms whose action is ``error`` on more hits than every accepted job's whole budget."""
+    arms = []
+    for e in history.of_type("fault"):
+        if e.get("action") != "failpoint" or e.get("phase") != "arm":
+            continue
+        m = _ERROR_SPEC.match(str(e.get("spec") or ""))
+        if not m:
+            continue
+        count = m.group("count")
+        if count is None or int(count) >= max(1, budget_jobs) * max_attempts:
+            arms.append(e)
+    return arms
+
+
+def exhausting_arms_of(history, run, accepted: int) -> list[dict]:
+    """The exhausting failpoint arms of a run (none when the adapter declares no max_attempts)."""
+    max_attempts = timing(run, "max_attempts")
+    return [] if max_attempts is None else _exhausting_arms(history, accepted, int(max_attempts))
+
+
+def _fault_window(history, arms: list[dict]) -> tuple[float, float | None, str | None]:
+    """(armed at, lifted at or None, why lifted) in run time: the harness records the end of a failpoint kept armed
+    until idle (``until = "idle"``) with the reason ``idle`` or ``timeout``; otherwise the heal lifts it."""
+    start = min(a.get("t") or 0 for a in arms)
+    roles = {a.get("role") for a in arms}
+    ends = [e for e in history.of_type("fault") if e.get("action") == "failpoint" and e.get("phase") == "end"
+            and e.get("role") in roles and (e.get("t") or 0) >= start]
+    if ends:
+        return start, ends[0].get("t"), ends[0].get("reason")
+    healed = [e for e in history.of_type("phase") if e.get("name") == "heal_start" and (e.get("t") or 0) >= start]
+    return start, (healed[0].get("t") if healed else None), "heal"
+
+
+def _interruptions(history, arms: list[dict], until: float | None) -> list[dict]:
+    """While the fault should hold, anything that may have taken the armed failpoint away: a disarm, or an
+    unexpected exit of the armed instance (the restart after it comes back without failpoints). The harness's own
+    restart that arms it is an expected exit."""
+    roles = {a.get("role") for a in arms}
+    start = min(a.get("t") or 0 for a in arms)
+    out = []
+    for e in history.of_type("fault"):
+        if e.get("phase") == "disarm" and e.get("role") in roles:
+            out.append(e)
+    for e in history.of_type("role"):
+        if e.get("action") == "exit" and e.get("role") in roles and not e.get("expected"):
+            out.append(e)
+    return [e for e in out if (e.get("t") or 0) >= start and (until is None or (e.get("t") or 0) < until)]
+
+
+def budget_seconds(run, max_attempts: int) -> float | None:
+    """A generous bound on how long one job can take to spend its whole budget: every backoff at its ceiling (the
+    later-capping reading, n = k) plus a whole lease per attempt. None when the adapter lacks a timing."""
+    base, cap, lease = (timing(run, n) for n in ("retry_base_seconds", "retry_cap_seconds", "lease_seconds"))
+    if None in (base, cap, lease):
+        return None
+    return sum(min(cap, base * 2 ** min(k, 60)) for k in range(1, max_attempts)) + max_attempts * (lease + 1)
+
+
+def retry_delays(trans: list[dict]) -> list[tuple[int, float]]:
+    """(retry number k, seconds) for each requeue followed by a claim; k counts requeues within one budget (an
+    operator replay, ``failed → queued``, starts a new budget)."""
+    out, k = [], 0
+    for prev, nxt in zip(trans, trans[1:]):
+        if prev["from"] == "failed" and prev["to"] == "queued":
+            k = 0
+        if prev["from"] == "processing" and prev["to"] == "queued":
+            k += 1
+            if nxt["to"] == "processing" and prev["at"] is not None and nxt["at"] is not None:
+                out.append((k, max(0.0, round(nxt["at"] - prev["at"], 3))))
+    return out
+
+
+def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap: float) -> tuple[str, str, dict]:
+    """Growth and spread of the delays per retry number: (status, why, facts)."""
+    judged = sorted(k for k, ds in by_retry.items() if len(ds) >= MIN_SAMPLES)
+    facts = {"samples_per_retry": {str(k): len(by_retry[k]) for k in sorted(by_retry)}}
+    if jobs < MIN_JOBS or len(judged) < 2:
+        return UNKNOWN, (f"too few delays to judge growth: {jobs} jobs retried, {len(judged)} retry numbers with "
+                         f"≥ {MIN_SAMPLES} delays (need {MIN_JOBS} jobs and 2 retry numbers)"), facts
+    half = len(judged) // 2
+    early_ks, late_ks = judged[:half], judged[-half:]
+    early = [d for k in early_ks for d in by_retry[k]]
+    late = [d for k in late_ks for d in by_retry[k]]
+
+    # The growth full jitter promises between these retry numbers under the declared base and cap: the gain of
+    # the mean delay (half the gain of the ceilings), under whichever reading of n (k - 1 or k) promises less.
+    def gain(offset: int) -> float:
+        def ceiling(k: int) -> float:
+            return min(cap, base * 2 ** min(k - 1 + offset, 60))
+        return (mean(ceiling(k) for k in late_ks) - mean(ceiling(k) for k in early_ks)) / 2
+
+    promised = min(gain(0), gain(1))
+    facts.update({"early_retries": early_ks, "late_retries": late_ks, "promised_mean_gain": round(promised, 3),
+                  "early": {"mean": round(mean(early), 3), "max": round(max(early), 3)},
+                  "late": {"mean": round(mean(late), 3), "max": round(max(late), 3)}})
+    if promised < base / 2:
+        return UNKNOWN, (f"the declared cap {cap}s over base {base}s leaves no room to see growth between retries "
+                         f"{early_ks} and {late_ks}"), facts
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b > 0 else (float("inf") if a > 0 else 1.0)
+
+    r_mean = ratio(mean(late), mean(early))
+    gain_mean = mean(late) - mean(early)
+    facts.update({"mean_ratio": round(r_mean, 2), "mean_gain": round(gain_mean, 3)})
+    spreads = {}
+    for k in late_ks:
+        ds = by_retry[k]
+        spreads[str(k)] = round((max(ds) - min(ds)) / max(ds), 2) if max(ds) > 0 else 0.0
+    facts["late_spread"] = spreads
+    if r_mean < GROWTH_FLAT or gain_mean < promised * FLAT_SHARE:
+        return INVALID, (f"delays do not grow: mean {mean(early):.3f}s at retries {early_ks}, {mean(late):.3f}s at "
+                         f"{late_ks} (gain {gain_mean:.3f}s, ratio {r_mean:.2f}; full jitter under the declared "
+                         f"base and cap promises a gain of {promised:.3f}s): a zero or fixed delay"), facts
+    grows = r_mean >= GROWTH_CLEAR and gain_mean >= promised * CLEAR_SHARE
+    if max(spreads.values()) < SPREAD_FLAT:
+        return INVALID, (f"no jitter: the delays of each late retry number are alike across jobs (spread "
+                         f"{spreads}; full jitter draws each from [0, ceiling])"), facts
+    jittered = max(spreads.values()) >= SPREAD_JITTER
+    if not grows:
+        return UNKNOWN, (f"growth not clear: mean gain {gain_mean:.3f}s (ratio {r_mean:.2f}) between retries "
+                         f"{early_ks} and {late_ks}; clear from {promised * CLEAR_SHARE:.3f}s, flat below "
+                         f"{promised * FLAT_SHARE:.3f}s"), facts
+    if not jittered:
+        return UNKNOWN, f"spread not clear at retries {late_ks}: {spreads} (need {SPREAD_JITTER})", facts
+    return VALID, (f"delays grow (mean +{gain_mean:.3f}s, ×{r_mean:.2f} from retries {early_ks} to {late_ks}) and "
+                   f"spread across jobs ({spreads})"), facts
+
+
+def check(history, final, run) -> Verdict:
+    scenario = run.get("scenario") or {}
+    asked = NAME in (scenario.get("checks") or [])
+    seed = seed_of(run)
+
+    def not_judged(reason: str, facts=()) -> Verdict:
+        if asked:
+            return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"cannot tell: {reason}", evidence=list(facts), seed=seed)
+        return Verdict(NAME, VALID, REQUIREMENTS, f"not exercised: {reason}", exercised=False, evidence=list(facts),
+                       seed=seed)
+
+    if missing_timings(run, "max_attempts"):
+        return not_judged("the adapter declares no max_attempts")
+    max_attempts = int(timing(run, "max_attempts"))
+    accepted = accepted_attachments(history)
+    arms = _exhausting_arms(history, len(accepted), max_attempts)
+    if not arms:
+        return not_judged("no transient fault outlasting the retry budget was armed (failpoint error on every hit)")
+    if not final_read_ok(final):
+        return not_judged("final state could not be read")
+    if not accepted:
+        return not_judged("no upload was accepted")
+    arm_t, lift_t, lifted_by = _fault_window(history, arms)
+    cut_short = _interruptions(history, arms, lift_t)
+    bound = budget_seconds(run, max_attempts)
+    held = None if lift_t is None else round(lift_t - arm_t, 1)
+    problems, unjudged, failed_ok = [], [], []
+    by_retry: dict[int, list[float]] = {}
+    retried_jobs = 0
+    per_job: dict[str, list[tuple[int, float]]] = {}
+    attachments = final.get("attachments") or {}
+    seen_at = _observed_terminal(history)
+    for attachment_id in sorted(accepted):
+        acceptance = accepted[attachment_id]["ok"]
+        record = attachments.get(attachment_id) or {}
+        body = record.get("body") or {}
+        ended = seen_at.get(attachment_id)
+        if ended is not None and ended < arm_t:
+            continue  # finished before the fault was armed: not affected
+        trans = transitions_of(history, final, attachment_id)
+        replays = len(operator_replays(history, attachment_id))
+        budget = max_attempts * (1 + replays)
+        state, attempt, code = body.get("state"), body.get("attempt"), body.get("error_code")
+        delays = retry_delays(trans)
+        if delays:
+            retried_jobs += 1
+            per_job[attachment_id] = delays
+        for k, d in delays:
+            by_retry.setdefault(k, []).append(d)
+        claims = sorted({t["attempt"] for t in trans if t["to"] == "processing" and isinstance(t["attempt"], int)})
+        where = {"attachment_id": attachment_id, "job_id": acceptance.get("job_id")}
+        late = lift_t is not None and (ended is None or ended > lift_t)
+        if len(claims) > budget or (isinstance(attempt, int) and attempt > budget):
+            problems.append(evidence(f"claimed for {len(claims)} attempts (attempt {attempt}), beyond the budget of "
+                                     f"{budget}: retried without end", attempts=claims[-10:], state=state, **where))
+        elif not body:
+            unjudged.append(evidence("final state not read", **where))
+        elif state not in ("ready", "failed"):
+            problems.append(evidence(f"not terminal after draining ({state!r}, attempt {attempt}): stuck",
+                                     state=state, attempt=attempt, **where))
+        elif state == "ready" and late:
+            if bound is not None and held is not None and held >= bound and not cut_short:
+                problems.append(evidence(f"not terminal after {held}s of a transient error on every attempt (a whole "
+                                         f"budget takes at most {bound:.1f}s): stuck or waiting instead of spending "
+                                         "attempts; ready only once the fault was lifted", attempt=attempt, **where))
+            else:
+                unjudged.append(evidence(f"ready only after the fault was lifted ({lifted_by}, after {held}s)",
+                                         attempt=attempt, **where))
+        elif state == "ready":
+            if cut_short:
+                unjudged.append(evidence("ready after the armed failpoint may have been lost (its role exited or "
+                                         "was disarmed)", **where))
+            else:
+                problems.append(evidence("ready although every attempt met the armed transient error", state=state,
+                                         attempt=attempt, **where))
+        elif not code:
+            problems.append(evidence("failed without an error_code", attempt=attempt, **where))
+        elif not isinstance(attempt, int) or attempt != budget:
+            problems.append(evidence(f"failed at attempt {attempt}, not at max_attempts {max_attempts}"
+                                     + (f" × {1 + replays} budgets" if replays else "")
+                                     + (": attempts not spent" if isinstance(attempt, int) and attempt < budget
+                                        else ""), attempt=attempt, error_code=code, **where))
+        else:
+            failed_ok.append(attachment_id)
+    facts = [evidence(f"{len(failed_ok)} of {len(accepted)} jobs failed at attempt {max_attempts} with an "
+                      "error_code", attachments=failed_ok[:20], armed=[{"role": a.get("role"), "window":
+                                                                       a.get("window"), "spec": a.get("spec"),
+                                                                       "line": a.get("line")} for a in arms])]
+    facts.append(evidence(f"fault held {held}s (lifted by {lifted_by}); a whole budget takes at most "
+                          f"{bound if bound is None else round(bound, 1)}s"))
+    if cut_short:
+        facts.append(evidence("the armed failpoint may have been lost while it should hold (disarm or exit of its "
+                              "role)", events=cut_short[:3]))
+    # Backoff, from the events.
+    lacking = missing_timings(run, "retry_base_seconds", "retry_cap_seconds")
+    if lacking:
+        backoff = (UNKNOWN, "the adapter declares no " + " / ".join(lacking) + ": backoff growth cannot be scaled",
+                   {})
+    elif not by_retry:
+        backoff = (UNKNOWN, "no retry delay observed (no processing → queued → processing in the events)", {})
+    else:
+        backoff = judge_backoff(by_retry, retried_jobs, timing(run, "retry_base_seconds"),
+                                timing(run, "retry_cap_seconds"))
+    b_status, b_why, b_facts = backoff
+    shown: list[dict] = []  # per-job delays shown with a backoff violation
+    facts.append(evidence(f"backoff: {b_why}", delays={str(k): v[:20] for k, v in sorted(by_retry.items())},
+                          **b_facts))
+    if b_status == INVALID:
+        problems.append(evidence(f"backoff: {b_why}", **b_facts))
+        for attachment_id, delays in list(per_job.items())[:4]:
+            shown.append(evidence("its retry delays (retry number, seconds from requeue to the next claim)",
+                                     attachment_id=attachment_id, job_id=accepted[attachment_id]["ok"].get("job_id"),
+                                     delays=delays))
+    if problems:
+        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} violations: " + problems[0]["message"],
+                       evidence=problems[:40] + shown + facts, seed=seed)
+    if unjudged:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"{len(unjudged)} jobs could not be judged",
+                       evidence=unjudged[:20] + facts, seed=seed)
+    if not failed_ok:
+        return not_judged("no accepted job was affected by the fault", facts)
+    if b_status != VALID:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"exhaustion valid; backoff cannot be judged: {b_why}",
+                       evidence=facts, seed=seed)
+    return Verdict(NAME, VALID, REQUIREMENTS,
+                   f"{len(failed_ok)} jobs failed at attempt {max_attempts} with an error_code; {b_why}",
+                   evidence=facts, seed=seed)
+
+
+def _observed_terminal(history) -> dict[str, float]:
+    """attachment_id -> the run time the harness first saw it ready or failed."""
+    out: dict[str, float] = {}
+    for e in history.of_type("transition"):
+        if e.get("to") in ("ready", "failed") and e.get("attachment_id") and e.get("t") is not None:
+            out.setdefault(e["attachment_id"], e["t"])
+    return out

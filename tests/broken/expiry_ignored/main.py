@@ -1,0 +1,27 @@
+"""Broken on purpose: the deadline is never checked.
+
+The reference checks a job's deadline (creation + TTL, on the database clock)
+at the claim, before each variant write and in the fenced commit; expired work
+ends ``failed`` with the expiry error_code. This variant's worker reads every
+job as unexpired and commits without the deadline clause — the usual result of
+"the TTL is just a column nobody reads": a backlog that outlived its deadline
+is rendered and published ``ready`` anyway.
+
+Everything else is the reference.
+"""
+
+import sys
+
+from reference import worker as worker_mod
+from reference.cli import main
+from reference.db.queries import Queries, queries
+
+_statements = {name: getattr(queries(), name) for name in queries().names()}
+_blind = Queries({name: sql.replace("expires_at <= now() AS expired", "false AS expired")  # THE BUG
+                  .replace("j.false AS expired", "false AS expired")
+                  .replace("AND expires_at > now()", "")
+                  for name, sql in _statements.items()})
+worker_mod.queries = lambda: _blind
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""retry_exhaustion (BE-JOB-003.2) over hand-made histories: a transient error on every attempt must end each job
+failed at max_attempts with an error_code, and the retry delays must grow and spread across jobs."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+from harness_histories import Builder
+
+from harness.checkers import fault_coverage, lost_accepted_work, retry_exhaustion
+from harness.checkers.base import INVALID, UNKNOWN, VALID
+
+MAX = 6
+BASE, CAP = 0.2, 2.0
+
+
+def full_jitter(rng, k, overhead=0.3):
+    return rng.uniform(0, min(CAP, BASE * 2 ** (k - 1))) + rng.uniform(0, overhead)
+
+
+def scenario(delay=full_jitter, jobs=8, seed=1, final_state="failed", final_attempt=MAX, error_code="attempts_exhausted",
+             claims=MAX, asked=True, spec="error", arm=True, timings=None):
+    b = Builder(level=3, max_attempts=MAX, scenario={"name": "retry-budget-exhausted",
+                                                     "checks": ["retry_exhaustion"] if asked else []})
+    b.run["adapter"]["timings"].update({"retry_base_seconds": BASE, "retry_cap_seconds": CAP, **(timings or {})})
+    rng = random.Random(seed)
+    if arm:
+        b.add(0.5, "fault", action="failpoint", phase="arm", role="worker", window="after_s3_write_before_commit",
+              spec=spec)
+    ids = []
+    for j in range(jobs):
+        att, job = str(uuid.UUID(int=1000 + j)), str(uuid.UUID(int=2000 + j))
+        ids.append(att)
+        at = 1.0 + 0.1 * j
+        b.upload(at, attachment_id=att, job_id=job)
+        steps = [(at + 0.1, None, "queued", 1, "api")]
+        t = at + 0.3
+        for attempt in range(1, claims + 1):
+            steps.append((t, "queued", "processing", attempt, "worker"))
+            t += 0.1
+            if attempt == claims:
+                break
+            steps.append((t, "processing", "queued", attempt, "worker"))
+            t += delay(rng, attempt)
+        if final_state in ("ready", "failed"):
+            steps.append((t, "processing", final_state, claims, "worker"))
+        body = b.transitions(att, steps, error_code=error_code if final_state == "failed" else None)
+        body["attempt"] = final_attempt
+    b.add(40.0, "fault", action="failpoint", phase="end", role="worker", window="after_s3_write_before_commit",
+          spec=spec, reason="idle")
+    return b, ids
+
+
+def check(b):
+    return retry_exhaustion.check(b.history(), b.final, b.run)
+
+
+def test_full_jitter_ending_failed_at_the_limit_is_valid():
+    v = check(scenario()[0])
+    assert v.status == VALID and v.exercised, v.summary
+    assert "grow" in v.summary
+
+
+@pytest.mark.parametrize("fixed", [0.0, 0.05, 0.2, 1.0])
+def test_a_zero_or_fixed_delay_is_invalid(fixed):
+    v = check(scenario(delay=lambda rng, k: fixed + rng.uniform(0, 0.05))[0])
+    assert v.status == INVALID, v.summary
+    assert "do not grow" in v.summary
+    assert any(e.get("attachment_id") and e.get("delays") for e in v.evidence)
+
+
+def test_exponential_delays_without_jitter_are_invalid():
+    v = check(scenario(delay=lambda rng, k: BASE * 2 ** (k - 1))[0])
+    assert v.status == INVALID and "no jitter" in v.summary, v.summary
+
+
+def test_retrying_past_the_limit_is_invalid():
+    v = check(scenario(claims=9, final_attempt=9)[0])
+    assert v.status == INVALID and "beyond the budget" in v.summary, v.summary
+
+
+def test_ready_despite_an_error_on_every_attempt_is_invalid():
+    v = check(scenario(final_state="ready", error_code=None)[0])
+    assert v.status == INVALID and "ready although" in v.summary, v.summary
+
+
+def test_a_job_left_queued_is_invalid():
+    v = check(scenario(final_state="queued", claims=3, final_attempt=3)[0])
+    assert v.status == INVALID and "not terminal" in v.summary, v.summary
+
+
+def test_failing_before_the_attempts_are_spent_is_invalid():
+    v = check(scenario(claims=2, final_attempt=2)[0])
+    assert v.status == INVALID and "attempts not spent" in v.summary, v.summary
+
+
+def test_failed_without_an_error_code_is_invalid():
+    v = check(scenario(error_code=None)[0])
+    assert v.status == INVALID and "error_code" in v.summary, v.summary
+
+
+def test_too_few_jobs_to_judge_growth_is_unknown():
+    v = check(scenario(jobs=2)[0])
+    assert v.status == UNKNOWN and "too few" in v.summary, v.summary
+
+
+def test_no_declared_backoff_timings_is_unknown():
+    b, _ = scenario()
+    del b.run["adapter"]["timings"]["retry_base_seconds"]
+    v = check(b)
+    assert v.status == UNKNOWN and "retry_base_seconds" in v.summary, v.summary
+
+
+def test_a_cap_with_no_room_to_grow_is_unknown():
+    v = check(scenario(delay=lambda rng, k: rng.uniform(0, 0.2), timings={"retry_cap_seconds": 0.2})[0])
+    assert v.status == UNKNOWN and "no room" in v.summary, v.summary
+
+
+def test_without_an_exhausting_fault_it_is_not_exercised():
+    b, _ = scenario(arm=False, asked=False)
+    v = check(b)
+    assert v.status == VALID and not v.exercised
+    assert check(scenario(arm=False)[0]).status == UNKNOWN
+    # N*error with fewer hits than the budgets of all jobs: some jobs may succeed, not this checker's case
+    b, _ = scenario(spec="3*error", asked=False)
+    assert not check(b).exercised
+    b, _ = scenario(spec=f"{8 * MAX}*error")
+    assert check(b).status == VALID
+
+
+def test_growth_judgement_has_no_false_alarm_and_catches_fixed_delays_over_many_seeds():
+    """Full jitter under queue-wait noise is never invalid and rarely unknown; a fixed delay is never valid."""
+    verdicts = {"jitter": [], "fixed": []}
+    for seed in range(100):
+        verdicts["jitter"].append(check(scenario(seed=seed, delay=lambda rng, k: full_jitter(rng, k, 0.6))[0]).status)
+        verdicts["fixed"].append(check(scenario(seed=seed, delay=lambda rng, k: 0.2 + rng.uniform(0, 0.6))[0]).status)
+    assert INVALID not in verdicts["jitter"]
+    assert verdicts["jitter"].count(UNKNOWN) <= 2, verdicts["jitter"].count(UNKNOWN)
+    assert VALID not in verdicts["fixed"]
+    assert verdicts["fixed"].count(INVALID) >= 90, verdicts["fixed"].count(UNKNOWN)
+
+
+def test_jobs_failed_by_the_exhausting_fault_are_not_lost_work():
+    b, _ = scenario()
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == VALID
+    b, _ = scenario(arm=False)
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_an_error_failpoint_is_covered_when_attempts_were_given_back():
+    b, _ = scenario()
+    b.run["schedule"] = [{"index": 0, "action": "failpoint", "window": "after_s3_write_before_commit",
+                          "spec": "error"}]
+    ok, why = fault_coverage._happened(b.run["schedule"][0], b.history())
+    assert ok and "given back" in why
+    b, _ = scenario(claims=1, final_attempt=1)
+    ok, _ = fault_coverage._happened({"action": "failpoint", "window": "after_s3_write_before_commit",
+                                      "spec": "error"}, b.history())
+    assert not ok
+
+
+def test_ready_after_the_armed_role_crashed_is_unknown_not_invalid():
+    b, _ = scenario(final_state="ready", error_code=None)
+    b.add(1.2, "role", action="exit", role="worker", pid=1, returncode=1, expected=False)
+    v = check(b)
+    assert v.status == UNKNOWN and "could not be judged" in v.summary, v.summary
+    b, _ = scenario(final_state="ready", error_code=None)
+    b.add(0.6, "role", action="exit", role="worker", pid=1, returncode=0, expected=True)  # the arming restart
+    assert check(b).status == INVALID
