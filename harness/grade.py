@@ -218,10 +218,26 @@ def runs_alone(scenario) -> str | None:
     return None
 
 
-def _cost(scenario) -> int:
-    """A rough size, to start the biggest shared scenarios first so the last one to finish is a short one."""
+def expected_seconds(scenario, timings: dict) -> float:
+    """A rough length, to start the longest shared scenarios first so the last one to finish is a short one: the
+    seconds its faults are scheduled to last (holds, pauses, outages, probes, scaled to the implementation's
+    timings) plus a little per upload. Scenarios of one upload and a long pause are among the longest."""
+    from .nemesis import resolve_schedule
+
     w = scenario.raw.get("workload") or {}
-    return int(w.get("uploads", 0)) + int(w.get("bad", 0)) + int(w.get("poison", 0))
+    uploads = int(w.get("uploads", 0)) + int(w.get("bad", 0)) + int(w.get("poison", 0))
+    try:
+        steps = resolve_schedule(list(scenario.raw.get("faults") or []), 0,
+                                 {**timings, **(scenario.raw.get("timings") or {})})
+    except Exception:  # a schedule this estimate cannot read: order it by its uploads alone
+        steps = []
+    faulted = 0.0
+    for step in steps:
+        for key in ("at", "duration", "probe_seconds"):
+            value = step.get(key)
+            if isinstance(value, (int, float)):
+                faulted += float(value)
+    return faulted + 0.3 * uploads
 
 
 def plan(adapter, level: int, only: list[str] | None = None):
@@ -292,7 +308,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
         progress(f"    {scenario.name}: {result['verdict'].upper()} in {seconds:.1f}s")
 
     alone = [s for s in chosen if parallel > 1 and runs_alone(s)]
-    shared = sorted((s for s in chosen if s not in alone), key=_cost, reverse=True) if parallel > 1 else chosen
+    shared = (sorted((s for s in chosen if s not in alone), key=lambda s: expected_seconds(s, adapter.timings),
+                     reverse=True) if parallel > 1 else chosen)
     try:
         for scenario in alone:
             run_one(scenario)

@@ -54,6 +54,15 @@ class Verdict:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+def not_proven(name: str, requirements: list[str], what: str, why: str, run: dict, found: list[dict]) -> Verdict:
+    """Nothing to judge: ``unknown`` where the scenario relies on this check (it was meant to prove ``what``),
+    else ``valid`` and not exercised."""
+    if name in ((run.get("scenario") or {}).get("checks") or []):
+        return Verdict(name, UNKNOWN, requirements, f"{what} not proven: {why}", evidence=found, seed=seed_of(run))
+    return Verdict(name, VALID, requirements, f"nothing to judge: {why}", exercised=False, evidence=found,
+                   seed=seed_of(run))
+
+
 def combine(statuses: list[str]) -> str:
     """invalid beats unknown beats valid (an empty list is valid)."""
     if INVALID in statuses:

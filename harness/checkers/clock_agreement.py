@@ -28,8 +28,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, expiry_code,
-                   final_read_ok, parse_time, role_kind, seed_of, timings_of)
-from .expiry import SPAWN_SLACK_SECONDS, consumer_holds, first_invoke, objects, results
+                   final_read_ok, not_proven, parse_time, role_kind, seed_of, timings_of)
+from .expiry import SPAWN_SLACK_SECONDS, consumer_holds, expired_in_time, first_invoke, objects, results
 
 NAME = "clock_agreement"
 REQUIREMENTS = ["BE-JOB-005"]
@@ -169,7 +169,7 @@ def check(history, final, run) -> Verdict:
             elif back is not None and first["wall"] >= back:
                 if body.get("state") == "ready":
                     fresh_ok.append(attachment_id)
-                else:
+                elif not expired_in_time(history, attachment_id, code, first["wall"], ttl):
                     problems.append(evidence(f"uploaded after the consumers were back and within its TTL, yet it "
                                              f"ended {body.get('state')!r} ({body.get('error_code')})",
                                              events=[first, acc["ok"], end], first_claim_after_release=back, **base))
@@ -186,11 +186,7 @@ def check(history, final, run) -> Verdict:
            "no job's TTL ran out while the consumers were held" if not stale_ok else
            "no upload came after the consumers were back" if not fresh_ok else None)
     if why:
-        if declared:
-            return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"clock agreement not proven: {why}", evidence=[facts],
-                           seed=seed_of(run))
-        return Verdict(NAME, VALID, REQUIREMENTS, f"nothing to judge: {why}", exercised=False, evidence=[facts],
-                       seed=seed_of(run))
+        return not_proven(NAME, REQUIREMENTS, "clock agreement", why, run, [facts])
     parts = []
     parts.append(f"{gap['offset_gap_seconds']:g}s apart" if gap["offset_exercised"] else
                  "offset part not exercised (" + ("; ".join(gap["offset_not_applied"]) or "no offset applied") + ")")

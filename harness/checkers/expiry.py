@@ -26,6 +26,15 @@ SPAWN_SLACK_SECONDS = 0.1
 LATE_WRITE_SLACK_SECONDS = 1.0
 
 
+def expired_in_time(history, attachment_id: str, code: str, sent_wall: float, ttl: float) -> bool:
+    """Whether the attachment was first seen failed with the expiry code no earlier than its upload was sent + TTL
+    (harness clock): a correct expiry of work that waited out its TTL — behind a backlog on a slow machine, say —
+    which proves nothing either way about fresh work reaching ``ready``."""
+    seen = next((e for e in history.of_type("state") if e.get("attachment_id") == attachment_id
+                 and e.get("state") == "failed" and e.get("error_code") == code), None)
+    return seen is not None and seen["wall"] >= sent_wall + float(ttl) - 0.05
+
+
 def consumer_holds(history, run) -> list[tuple[dict, dict]]:
     """(hold_start, hold_end) phase pairs that held a consumer role."""
     consumers = consumer_roles(run)
@@ -155,7 +164,7 @@ def check(history, final, run) -> Verdict:
             elif back is not None and first["wall"] >= back:
                 if body.get("state") == "ready":
                     fresh_ok.append(attachment_id)
-                else:
+                elif not expired_in_time(history, attachment_id, code, first["wall"], ttl):
                     fresh_bad.append(evidence(f"uploaded after the consumers were back, yet ended "
                                              f"{body.get('state')!r} ({body.get('error_code')})", **base))
     if proven or NAME in checks:  # other scenarios hold consumers too, with failures of their own making

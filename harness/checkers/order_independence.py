@@ -27,7 +27,8 @@ event times) is kept as evidence of how the permuted order reached the handler, 
 from __future__ import annotations
 
 from . import duplicate_effects, lost_accepted_work, state_regression
-from .base import (INVALID, UNKNOWN, VALID, Verdict, evidence, faults, final_read_ok, seed_of, transitions_of)
+from .base import (INVALID, UNKNOWN, VALID, Verdict, evidence, faults, final_read_ok, not_proven, seed_of,
+                   transitions_of)
 
 NAME = "order_independence"
 REQUIREMENTS = ["BE-JOB-004"]
@@ -149,11 +150,7 @@ def check(history, final, run) -> Verdict:
                  "permuted jobs processing at once")
            if not parallel else None)
     if why:
-        if declared:
-            return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"order independence not proven: {why}", evidence=[facts],
-                           seed=seed_of(run))
-        return Verdict(NAME, VALID, REQUIREMENTS, f"nothing to judge: {why}", exercised=False, evidence=[facts],
-                       seed=seed_of(run))
+        return not_proven(NAME, REQUIREMENTS, "order independence", why, run, [facts])
     return Verdict(NAME, VALID, REQUIREMENTS,
                    f"{len(targets)} jobs delivered in a permuted order to "
                    f"{max(len(connections), len(attached), waiting)} consumers (up to {max(at_once, overlap)} "

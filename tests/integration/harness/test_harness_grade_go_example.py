@@ -35,6 +35,8 @@ def test_go_example_grades_valid_at_level_4(stack, tmp_path):
     not_passed = {rid: r["why"] for rid, r in results["requirements"].items() if r["status"] != "pass"}
     assert results["verdict"] == "valid", (failing, not_passed)
     assert not not_passed
+    rows = {item: row["why"] for item, row in results["checklist"].items() if row["status"] != "pass"}
+    assert rows == {}, rows  # all 24 of the seeds' verification items, in another language and topology
     by_name = {s["name"]: s for s in results["scenarios"]}
     # Observation worked on the direct exchange: messages were seen, and republished copies reached the queue.
     for name in ("redelivery-of-ready-job", "concurrent-duplicate-delivery"):

@@ -164,3 +164,12 @@ def test_expiry_unknown_when_the_scenario_could_not_prove_it_and_silent_elsewher
     other = Builder()
     verdict = expiry.check(other.history(), other.final, other.run)
     assert verdict.status == VALID and not verdict.exercised
+
+
+def test_expiry_accepts_fresh_work_that_expired_after_its_ttl_behind_a_backlog():
+    # A slow machine: FRESH (upload 5 s, TTL 2 s) is first seen expired at 7.4 s — a correct expiry, not a fault.
+    b = expiry_run(fresh_end="failed")
+    b.add(7.4, "state", attachment_id=FRESH, state="failed", error_code="expired")
+    b.events.sort(key=lambda e: e["t"])
+    messages = [e["message"] for e in expiry.check(b.history(), b.final, b.run).evidence]
+    assert not any("after the consumers were back" in m for m in messages), messages

@@ -208,3 +208,15 @@ def test_producers_group_time_zones_and_a_go_implementation_still_graded_on_its_
     assert sorted(order) == list(range(6)) and order != list(range(6))
     assert permuted(list("abcdef"), random.Random(4242)) == order  # seeded
     assert permuted(["only"], random.Random(1)) == [0]
+
+
+def test_clock_agreement_accepts_fresh_work_that_expired_after_its_ttl_behind_a_backlog():
+    # A slow machine: FRESH waits in the queue past its TTL and expires correctly (seen at 7.5 s, upload 5 s + 2 s).
+    b = clock_run()
+    b.events = [e for e in b.events if e.get("attachment_id") != FRESH or e["type"] in ("invoke", "ok")]
+    b.transitions(FRESH, [(5.1, None, "queued", 1, "api"), (7.2, "queued", "processing", 1, "worker"),
+                          (7.3, "processing", "failed", 1, "worker")], error_code="expired")
+    b.add(7.5, "state", attachment_id=FRESH, state="failed", error_code="expired")
+    b.events.sort(key=lambda e: e["t"])
+    verdict = clock_agreement.check(b.history(), b.final, b.run)
+    assert verdict.status != INVALID, [e.get("message") for e in verdict.evidence]
