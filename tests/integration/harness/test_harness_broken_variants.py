@@ -67,7 +67,7 @@ CASES = [
 # workload made mostly of poison.
 FAILS_ON_PURPOSE = {"retry-budget-exhausted", "poison-replay"}
 # What an invalid verdict's evidence may name the culprit by.
-NAMING_KEYS = ("attachment_id", "attachment_ids", "marker", "role", "consumer_tag")
+NAMING_KEYS = ("attachment_id", "attachment_ids", "job_id", "marker", "role", "consumer_tag")
 
 
 TEST_NAME = "test_broken_variant_is_graded_invalid_by_its_invariant"
