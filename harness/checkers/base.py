@@ -54,13 +54,20 @@ class Verdict:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+def undecided(name: str, requirements: list[str], reason: str, asked: bool, seed, found=(), *,
+              unknown_prefix: str = "cannot tell", idle_prefix: str = "not exercised") -> Verdict:
+    """Nothing to judge: ``unknown`` where the scenario relies on this check (``asked``), else ``valid`` and not
+    exercised — a check that had nothing to look at proves nothing, and fails nothing."""
+    if asked:
+        return Verdict(name, UNKNOWN, requirements, f"{unknown_prefix}: {reason}", evidence=list(found), seed=seed)
+    return Verdict(name, VALID, requirements, f"{idle_prefix}: {reason}", exercised=False, evidence=list(found),
+                   seed=seed)
+
+
 def not_proven(name: str, requirements: list[str], what: str, why: str, run: dict, found: list[dict]) -> Verdict:
-    """Nothing to judge: ``unknown`` where the scenario relies on this check (it was meant to prove ``what``),
-    else ``valid`` and not exercised."""
-    if name in ((run.get("scenario") or {}).get("checks") or []):
-        return Verdict(name, UNKNOWN, requirements, f"{what} not proven: {why}", evidence=found, seed=seed_of(run))
-    return Verdict(name, VALID, requirements, f"nothing to judge: {why}", exercised=False, evidence=found,
-                   seed=seed_of(run))
+    """``undecided`` for a check the scenario names among its checks, worded "<what> not proven"."""
+    return undecided(name, requirements, why, name in ((run.get("scenario") or {}).get("checks") or []),
+                     seed_of(run), found, unknown_prefix=f"{what} not proven", idle_prefix="nothing to judge")
 
 
 def combine(statuses: list[str]) -> str:

@@ -32,8 +32,8 @@ deliveries on one consumer, or no failure happened while several were in flight.
 from __future__ import annotations
 
 from . import duplicate_effects
-from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, accepted_attachments, evidence,
-                   final_read_ok, seed_of, transitions_of)
+from .base import (INVALID, TERMINAL_STATES, VALID, Verdict, accepted_attachments, evidence,
+                   final_read_ok, seed_of, transitions_of, undecided)
 
 NAME = "batch_independence"
 REQUIREMENTS = ("BE-JOB-007",)
@@ -151,10 +151,7 @@ def check(history, final, run) -> Verdict:
     requirements = list(REQUIREMENTS)
 
     def not_judged(reason: str, facts=()) -> Verdict:
-        if asked:
-            return Verdict(NAME, UNKNOWN, requirements, f"cannot tell: {reason}", evidence=list(facts), seed=seed)
-        return Verdict(NAME, VALID, requirements, f"not exercised: {reason}", exercised=False, evidence=list(facts),
-                       seed=seed)
+        return undecided(NAME, requirements, reason, asked, seed, facts)
 
     if not final_read_ok(final):
         return not_judged("the final state could not be read")

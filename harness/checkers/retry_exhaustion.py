@@ -25,7 +25,7 @@ import re
 from statistics import mean
 
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok, missing_timings,
-                   operator_replays, seed_of, timing, transitions_of)
+                   operator_replays, seed_of, timing, transitions_of, undecided)
 
 NAME = "retry_exhaustion"
 REQUIREMENTS = ["BE-JOB-003"]
@@ -178,10 +178,7 @@ def check(history, final, run) -> Verdict:
     seed = seed_of(run)
 
     def not_judged(reason: str, facts=()) -> Verdict:
-        if asked:
-            return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"cannot tell: {reason}", evidence=list(facts), seed=seed)
-        return Verdict(NAME, VALID, REQUIREMENTS, f"not exercised: {reason}", exercised=False, evidence=list(facts),
-                       seed=seed)
+        return undecided(NAME, REQUIREMENTS, reason, asked, seed, facts)
 
     if missing_timings(run, "max_attempts"):
         return not_judged("the adapter declares no max_attempts")
