@@ -17,27 +17,42 @@ from reference import lease as lease_mod
 from reference import worker as worker_mod
 from reference.cli import main
 
-GAVE_UP = contextvars.ContextVar("gave_up_on_lapsed_lease", default=False)
+# One mutable box per delivery being processed: the lease is watched in tasks the delivery's own task starts, and
+# a context variable's value set there would not reach back; the box they share does.
+DELIVERY = contextvars.ContextVar("delivery_given_up", default=None)
+_process = worker_mod.Worker._process
 _wait_live = lease_mod.Lease.wait_live
 _settle = worker_mod._settle
+
+
+async def _process_in_a_box(self, message, job, received_at):
+    token = DELIVERY.set({"gave_up": False})
+    try:
+        await _process(self, message, job, received_at)
+    finally:
+        DELIVERY.reset(token)
 
 
 async def _wait_live_giving_up(self, stop=None, timeout=None):
     # THE BUG (1/2): a lease found lapsed (its deadline passed, or the renewal saw it lapse) is taken as lost.
     if self.lost_reason is None and (self.lapses > 0 or self._clock() >= self.deadline - self.safety_margin):
         self.lost_reason = "lease lapsed: someone else owns the job now"
-        GAVE_UP.set(True)
+        box = DELIVERY.get()
+        if box is not None:
+            box["gave_up"] = True
         raise lease_mod.LeaseLost(self.lost_reason)
     return await _wait_live(self, stop, timeout)
 
 
 async def _settle_acking_given_up(message, how):
     # THE BUG (2/2): a delivery given up that way is settled as done instead of going back to the queue.
-    if how == "nack" and GAVE_UP.get():
+    box = DELIVERY.get()
+    if how == "nack" and box is not None and box["gave_up"]:
         how = "ack"
     return await _settle(message, how)
 
 
+worker_mod.Worker._process = _process_in_a_box
 lease_mod.Lease.wait_live = _wait_live_giving_up
 worker_mod._settle = _settle_acking_given_up
 
