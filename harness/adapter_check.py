@@ -30,7 +30,7 @@ SCHEMA = "adapter.schema.json"
 # table in step with the checkers' sources.
 TIMING_CHECKERS: dict[str, tuple[str, ...]] = {
     "lease_seconds": ("ack_after_commit", "lease_ownership", "lease_renewal", "owner_overlap", "stale_ack"),
-    "max_attempts": ("bounded_retries", "dead_letter"),
+    "max_attempts": ("bounded_retries", "dead_letter", "delivery_accounting"),
     "staging_retention_seconds": ("staging_safety",),
     "sweep_interval_seconds": ("staging_safety",),
     "job_ttl_seconds": ("expiry", "clock_agreement"),
@@ -40,8 +40,11 @@ TIMING_CHECKERS: dict[str, tuple[str, ...]] = {
 }
 EVERY_SCENARIO = {"bounded_retries"}  # runs, and needs its timing, in every scenario
 # Timings an adapter may leave out without a problem (added after adapters were written): without one, the scenarios
-# that scale with it are skipped and its checks say unknown — a warning, never a refusal to grade.
-OPTIONAL_TIMINGS = {"stale_queued_seconds", "retry_base_seconds", "retry_cap_seconds"}
+# that scale with it are skipped and its checks say unknown — a warning, never a refusal to grade. lease_seconds
+# too: an implementation with no lease (a plain Celery worker) cannot declare one truthfully, and without it no
+# grade can be valid anyway (BE-JOB-006 is left unprovable, a warning of its own), while a refusal would hide its
+# other faults.
+OPTIONAL_TIMINGS = {"stale_queued_seconds", "retry_base_seconds", "retry_cap_seconds", "lease_seconds"}
 
 TOML_TYPES = {"object": "table", "array": "array", "string": "string", "integer": "integer", "number": "number",
               "boolean": "boolean", "null": "nothing"}

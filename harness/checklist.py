@@ -35,7 +35,7 @@ ITEMS: tuple[Item, ...] = (
          ("lost_accepted_work",)),
     Item("BE-JOB-001.3", "сопоставление подтверждения с транзакционной границей",
          "the ack matched against the transaction boundary: an uncommitted delivery is still unacked in the queue", 3,
-         ("ack_after_commit",)),
+         ("ack_after_commit", "delivery_accounting")),
     Item("BE-JOB-002.1", "последовательная и конкурентная повторная доставка",
          "sequential and concurrent redelivery: one ready, one effect per key", 3,
          ("duplicate_effects",)),
@@ -47,7 +47,7 @@ ITEMS: tuple[Item, ...] = (
          ("duplicate_effects",)),
     Item("BE-JOB-003.1", "тест временной и постоянной ошибки",
          "a transient error is retried to success, a permanent one ends terminal", 3,
-         ("bounded_retries", "lost_accepted_work")),
+         ("bounded_retries", "lost_accepted_work", "delivery_accounting")),
     Item("BE-JOB-003.2", "тест достижения лимита и наблюдаемого терминального результата",
          "a transient fault that outlasts the retry budget ends failed at the attempt limit with an error_code; "
          "delays grow and spread", 3,

@@ -125,6 +125,16 @@ def cmd_grade_many(args) -> int:
     return run_command(args, _seed(args.seed), _progress)
 
 
+def cmd_soak(args) -> int:
+    from .soak import SoakError, run_command
+
+    try:
+        return run_command(args, _progress)
+    except SoakError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 2
+
+
 def cmd_check(args) -> int:
     from .grade import recheck_grade
     from .runner import check_run_dir
@@ -132,6 +142,16 @@ def cmd_check(args) -> int:
     run_dir = Path(args.run_dir)
     stored_path = run_dir / "results.json"
     stored = json.loads(stored_path.read_text()) if stored_path.exists() else None
+    if stored and stored.get("kind") == "soak":
+        from .soak import exit_code, recheck
+
+        results = recheck(run_dir)
+        s = results["summary"]
+        print(f"soak re-checked: {s['seeds']} seeds, {len(s['false_alarms'])} false alarms, "
+              f"{len(s['unknowns'])} unknown verdicts (was {len(stored['summary']['false_alarms'])} false alarms)")
+        for alarm in s["false_alarms"]:
+            print(f"  FALSE ALARM seed {alarm['seed']}: {alarm['invariant']}: {alarm['summary']}")
+        return exit_code(s)
     if stored and stored.get("kind") == "grade":
         results = recheck_grade(run_dir)
     else:
@@ -215,6 +235,22 @@ def build_parser() -> argparse.ArgumentParser:
                                      "under the current directory)")
     p.add_argument("--verbose", action="store_true", help="also print every scenario's own progress lines")
     p.set_defaults(func=cmd_grade_many)
+
+    p = sub.add_parser("soak", help="rerun a correct implementation under many seeds, each with a random fault "
+                                    "schedule; every invalid is a false alarm: exit 0 none, 1 any, 2 a run error")
+    p.add_argument("--sut", required=True, help="adapter file, folder or name (e.g. reference)")
+    p.add_argument("--seeds", type=_positive_int, default=20, help="how many seeds (default 20)")
+    p.add_argument("--seed", type=int, help="first seed; the others follow it (S, S+1, ...; default: random, printed)")
+    p.add_argument("--uploads", type=_positive_int, default=30, help="uploads per seed, spread over time (default 30)")
+    p.add_argument("--nemesis", default="random", choices=["random", "none"],
+                   help="random: a seeded random fault schedule per seed (default); none: no faults (a baseline)")
+    p.add_argument("--level", type=int, choices=[3, 4, 5])
+    p.add_argument("--parallel", type=_positive_int, default=2,
+                   help="seeds side by side on the stack (default 2); a seed that restarts a service runs alone")
+    p.add_argument("--reports", help="folder for the soak's folder (default: reports/runs under the checkout, else "
+                                     "under the current directory)")
+    p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
+    p.set_defaults(func=cmd_soak)
 
     p = sub.add_parser("check", help="re-check a stored run (or grade) folder without services")
     p.add_argument("run_dir")

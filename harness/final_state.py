@@ -35,7 +35,8 @@ def read_object(s3, bucket: str, key: str) -> dict:
         return {"exists": None, "error": repr(exc)[:200]}
     data = response["Body"].read()
     return {"exists": True, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-            "last_modified": response["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z")}
+            "last_modified": response["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+            "etag": response.get("ETag"), "version_id": response.get("VersionId")}
 
 
 def list_bucket(s3, bucket: str) -> list[dict]:
@@ -96,3 +97,29 @@ def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None,
         except Exception as exc:
             final["errors"].append(f"queues: {exc!r}")
     return final
+
+
+def staging_retention_wait(history_path, timings: dict, checks, now_wall: float, cap: float = 30.0) -> float:
+    """How long the final read waits so that the staged original of every upload try that got no 202 (a crash
+    between staging and the record, a refusal, an unknown outcome) has outlived the declared staging retention plus
+    its grace: only in a scenario relying on ``staging_safety``, at most ``cap`` seconds (staging_safety says
+    ``unknown`` for an orphan still younger at the read). 0 when nothing needs it or the timing is not declared."""
+    import json
+
+    from .checkers.staging_safety import NAME, grace_of
+
+    grace = grace_of(timings or {})
+    if NAME not in (checks or ()) or grace is None:
+        return 0.0
+    last = None
+    try:
+        with open(history_path, encoding="utf-8") as lines:
+            for line in lines:
+                event = json.loads(line)
+                if event.get("type") in ("fail", "info") and event.get("f") in ("upload", "idempotency"):
+                    last = max(last or 0.0, float(event.get("wall") or 0.0))
+    except (OSError, ValueError):
+        return 0.0
+    if last is None:
+        return 0.0
+    return max(0.0, min(cap, last + grace + 1.0 - now_wall))

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 
 EVENT_TYPES = frozenset(
     {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note",
-     "object", "delivery", "metrics"}
+     "object", "delivery", "metrics", "snapshot"}
 )
 
 

@@ -2,8 +2,9 @@
 
 Resolution (``resolve_schedule``) is pure: the same scenario and seed give the
 same list of steps with the same delays — recorded in run.json so a rerun can
-be compared. Execution lives in the runner (``ScenarioRun._run_step``), which
-drives the chaos package and records every fault in the history.
+be compared. Execution: the runner gives each step its own thread, where the step's
+fault kind (``chaos/kinds/<action>.py``) drives the chaos package and records every
+fault in the history.
 """
 
 from __future__ import annotations

@@ -84,7 +84,8 @@ class ObjectWatcher(Poller):
                 mark = (modified, item["Size"], item.get("ETag"))
                 if self.seen.get(item["Key"]) != mark:
                     self.seen[item["Key"]] = mark
-                    self.history.append("object", key=item["Key"], size=item["Size"], last_modified=modified)
+                    self.history.append("object", key=item["Key"], size=item["Size"], last_modified=modified,
+                                        etag=item.get("ETag"))
             if not page.get("IsTruncated"):
                 break
             token = page.get("NextContinuationToken")
@@ -111,6 +112,7 @@ class ApiObserver(Poller):
         self.seen_seq: dict[str, set] = {}
         self.first_seen: dict[str, dict[str, float]] = {}  # attachment -> state -> wall when first observed
         self.next_read: dict[str, float] = {}  # attachment -> monotonic time of its next read by tick()
+        self.on_ready = None  # called (attachment_id, body) when an attachment is first seen ready (ReadySnapshot)
 
     def watch(self, attachment_id: str) -> None:
         with self._lock:
@@ -140,6 +142,12 @@ class ApiObserver(Poller):
         body = response.json()
         state = body.get("state")
         changed = state != self.states.get(attachment_id)
+        if changed and state == "ready" and self.on_ready is not None:
+            try:  # before the state is recorded: a job picked as `ready` (republish, crash) was snapshotted first
+                self.on_ready(attachment_id, body)
+            except Exception as exc:
+                self.history.append("note", message="snapshot of a ready result failed", error=repr(exc)[:200],
+                                    attachment_id=attachment_id)
         if changed:
             self.states[attachment_id] = state
             self.first_seen.setdefault(attachment_id, {}).setdefault(state, time.time())
@@ -210,6 +218,12 @@ class Management:
         """Turn on the vhost's firehose (amq.rabbitmq.trace): the only view of default-exchange publishes."""
         response = self.client.put(f"/api/vhosts/{self._vq()}", json={"tracing": True})
         response.raise_for_status()
+
+    def tracing_on(self) -> bool:
+        """Whether the vhost's firehose is on (a broker restart turns it off)."""
+        response = self.client.get(f"/api/vhosts/{self._vq()}")
+        response.raise_for_status()
+        return bool(response.json().get("tracing"))
 
     def get(self, queue: str, count: int = 100, requeue: bool = False) -> list[dict]:
         response = self.client.post(f"/api/queues/{self._q(queue)}/get", json={
@@ -376,6 +390,10 @@ class Tap(Poller):
         if now - self._last_sync >= self.sync_every:
             self._last_sync = now
             self.sync_bindings()
+            if self.firehose and not self.m.tracing_on():
+                # A broker restart turns the firehose off: on again, and the gap is said (what it traced is partial).
+                self.m.enable_tracing()
+                self.history.append("observe", source="firehose", tracing_restored=True, queue=self.work_queue)
         self.drain_once()
         if now - self._last_sample >= self.sample_every:
             self._last_sample = now
@@ -386,8 +404,11 @@ class Tap(Poller):
         ``delivery`` lines: how often one message was handed out. False when the firehose is unavailable."""
         if not self.firehose:
             return False
+        if getattr(self, "_tracing_deliveries", False):
+            return True  # bound once for the whole run
         key = f"deliver.{self.work_queue}"
         self.m.bind(TRACE_EXCHANGE, self.tap_queue, key)
+        self._tracing_deliveries = True
         self.history.append("observe", source="firehose", deliveries=True, routing_key=key, queue=self.work_queue)
         return True
 
@@ -398,7 +419,8 @@ class Tap(Poller):
         self.history.append("delivery", queue=str(message.get("routing_key"))[len("deliver."):],
                             redelivered=trace.get("redelivered"), message_id=properties.get("message_id"),
                             sha256=hashlib.sha256(payload_bytes(message)).hexdigest(), job_id=body.get("job_id"),
-                            attempt=body.get("attempt"), channel=trace.get("channel"),
+                            attachment_id=body.get("attachment_id"), attempt=body.get("attempt"),
+                            channel=trace.get("channel"),
                             connection=trace.get("connection"))
 
     def drain_once(self) -> int:

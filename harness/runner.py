@@ -26,9 +26,10 @@ from pathlib import Path
 import httpx
 
 from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
+from chaos import kinds as fault_kinds
 
 from . import checkers, clock, metrics, workload
-from .final_state import read_final
+from .final_state import read_final, staging_retention_wait
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
 from .observe import ApiObserver, ConsumerSampler, Management, ObjectWatcher, Tap, amqp_queue_depth, decode_payload
@@ -73,6 +74,7 @@ class ScenarioRun:
         self.timings: dict[str, float] = {}
         self.stopping = threading.Event()
         self.held: set[str] = set()
+        self.peer_held: dict[str, int] = {}  # consumer instance -> the peek step holding it (_peek_peers)
         self.hits: dict[str, threading.Event] = {}
         self.window_hits: list[dict] = []
         self.restart_timers: list[threading.Timer] = []
@@ -148,6 +150,12 @@ class ScenarioRun:
                 self._drain()
             self._check_not_aborted("the final read")
             with self.phase("final_read"):
+                retention_wait = staging_retention_wait(self.history.path, self.timings_in_effect,
+                                                        self.scenario.raw.get("checks"), time.time())
+                if retention_wait:  # staged originals of tries that got no 202 outlive their retention first
+                    self.history.append("note", message="final read waits out the staging retention",
+                                        seconds=round(retention_wait, 2))
+                    self.stopping.wait(retention_wait)
                 self._read_metrics()
                 final = read_final(self.base_url, self._attachment_ids(), self.env_direct, self.tap,
                                    events=self.adapter.has("events"))
@@ -156,6 +164,7 @@ class ScenarioRun:
                     final.setdefault("queues", {})["work"] = work
                     self.history.append("queue", queue=self.adapter.broker["work_queue"], dead_letter=False,
                                         final=True, **work)
+                self._count_left_after_consumers_stop()
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             self.log(f"run error: {error}")
@@ -235,6 +244,8 @@ class ScenarioRun:
         self.management = Management(self.tenant.rabbitmq_management_url, self.tenant.direct.amqp_url)
         self.tap = Tap(self.management, self.history, broker["work_queue"], broker.get("dead_letter_queue"))
         self.tap.prepare()
+        # Every delivery from the work queue is traced for the whole run (delivery_accounting, ack_after_commit).
+        self.tap.trace_deliveries()
 
     def _start_roles(self) -> None:
         self.supervisor = Supervisor(self.run_dir, self.history, on_exit=self._on_exit)
@@ -248,11 +259,11 @@ class ScenarioRun:
                 self.supervisor.add(instance, name, command, {**self.env, **role.env, **skew,
                                                               **self.role_links.get(name, {}),
                                                               **self._metrics_env(instance, name)})
-        # A failpoint armed before the workload is armed at first start: no extra restart needed; a role held
-        # before the workload (a backlog builds up) is never started until its release.
+        # Each fault kind's prepare (chaos/kinds/): a failpoint armed before the workload is armed at first start (no
+        # extra restart needed); a role held before the workload (a backlog builds up) is never started until its
+        # release.
         for step in self.schedule:
-            if step["action"] in ("failpoint", "hold", "permute") and step.get("at") is None and step.get("when") is None:
-                self._hold(step)
+            fault_kinds.prepare(self, step)
         for name in self.supervisor.instances:
             if name not in self.held:
                 self.supervisor.start(name, self._first_start_env(name))
@@ -262,11 +273,16 @@ class ScenarioRun:
         # sync); a work queue that only a held consumer declares appears later and is picked up then.
         self.tap.wait_for_topology(float(self.adapter.http.get("startup_timeout_seconds", 30)) / 3)
         self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
+        from .ready_snapshot import ReadySnapshot
+
+        self.observer.on_ready = ReadySnapshot(self.env_direct, self.history)  # duplicate_effects' before-image
         self.observer.start()
         if self.scenario.raw.get("watch_objects"):
             self.objects = ObjectWatcher(self.env_direct, self.history)
             self.history.append("phase", name="object_watch_start", bucket=self.objects.bucket)
             self.objects.start()
+        if self.scenario.raw.get("exactness") == "approximate":
+            self.tap.trace_deliveries()  # a timed kill's evidence of its window: redeliveries (fault_coverage)
         self.tap.start()
 
     def _metrics_env(self, instance: str, role: str) -> dict[str, str]:
@@ -406,22 +422,44 @@ class ScenarioRun:
         self.restart_timers.append(timer)
         timer.start()
 
+    def _peek_peers(self, step) -> list[str]:
+        """For a crash whose delivery the harness looks for (``peek_queue``): every consumer instance but the one
+        the step crashes. They are held with the step's roles — a running one would take the returned delivery
+        before the look (two worker instances, the usual deployment)."""
+        if not step.get("peek_queue") or step["action"] not in ("failpoint", "sigkill"):
+            return []
+        try:
+            target = self._failpoint_instance(step) if step["action"] == "failpoint" else self._target(step)
+        except (ValueError, IndexError, KeyError):
+            return []  # a step whose role the adapter lacks fails where it runs, never in a release or the heal
+        return [n for r in self.adapter.expand_roles(["@consumers"]) for n in self.instances_of(r) if n != target]
+
     def _hold(self, step) -> None:
         roles = self.adapter.expand_roles(step.get("hold") or [])
         names = [n for r in roles for n in self.instances_of(r)]
-        if not names:
+        peers = [n for n in self._peek_peers(step) if n not in names]
+        if not names and not peers:
             return
-        for name in names:
+        for name in peers:
+            self.peer_held[name] = step["index"]
+        for name in names + peers:
             self.held.add(name)
             if self.supervisor.instances[name].alive():
                 self.supervisor.stop(name)
-        self.history.append("phase", name="hold_start", roles=roles, instances=names, fault=step["index"])
+        self.history.append("phase", name="hold_start", roles=roles, instances=names + peers, fault=step["index"],
+                            **({"consumer_peers": peers} if peers else {}))
         self.log(f"holding {', '.join(names)}" + ("" if step["action"] == "hold" else
                                                    " (so lease recovery cannot mask the fault)"))
 
     def _release(self, step) -> None:
         roles = self.adapter.expand_roles(step.get("hold") or [])
-        names = [n for r in roles for n in self.instances_of(r) if n in self.held]
+        # An instance another step holds as a peek's peer stays down until that step releases it.
+        names = [n for r in roles for n in self.instances_of(r)
+                 if n in self.held and self.peer_held.get(n, step["index"]) == step["index"]]
+        names += [n for n in self._peek_peers(step) if n in self.held and n not in names
+                  and self.peer_held.get(n) == step["index"]]
+        for name in names:
+            self.peer_held.pop(name, None)
         if not names:
             return
         for name in names:
@@ -454,6 +492,8 @@ class ScenarioRun:
 
         with ThreadPoolExecutor(int(w.get("concurrency", 2))) as pool:
             list(pool.map(one, enumerate(self.ops)))
+        workload.idempotency_probes(uploader, self.ops, self.seed, int(w.get("repeat_keys", 0)),
+                                    int(w.get("conflicting_keys", 0)), on_accepted=self.observer.watch)
         self.workload_done.set()
         self.log(f"workload done: {len(self.observer.ids)} accepted of {len(self.ops)}")
         nemesis.join(float(self.scenario.raw.get("nemesis_timeout_seconds", 90)))
@@ -475,8 +515,10 @@ class ScenarioRun:
             thread.join()
 
     def _run_step_safely(self, step) -> None:
+        """A fault step's own thread: its kind (chaos/kinds/<action>.py) waits for the trigger, applies the fault,
+        undoes it; a failure is recorded, never raised into the run."""
         try:
-            self._run_step(step)
+            fault_kinds.run(self, step)
         except Exception as exc:
             self.history.append("note", message="fault step failed", fault=step["index"], error=repr(exc))
             self.log(f"fault step {step['index']} failed: {exc!r}")
@@ -532,243 +574,20 @@ class ScenarioRun:
             raise ValueError(f"scenario targets role {role!r} which the adapter does not define")
         return names[0]
 
-    def _run_step(self, step) -> None:
-        action = step["action"]
-        delays = step.get("delay_drawn") or [0.0]
-        if action == "failpoint":
-            name = self._failpoint_instance(step)
-            self.restart_after[name] = float(step.get("restart_after", 0.5))
-            if step.get("at") is not None or step.get("when") is not None:
-                if not self._wait_trigger(step, delays[0]):
-                    return
-                self._hold(step)
-                self.hits[name] = threading.Event()
-                self.failpoints.arm(name, step["window"], step.get("spec", "1*crash"))
-            if "crash" not in str(step.get("spec", "1*crash")):
-                self._release(step)  # a pause or an error: the role keeps running, there is no crash to wait for
-                if step.get("until") == "idle":
-                    # Kept armed until every accepted job is terminal (or the step's timeout): the heal disarms it,
-                    # so a fault that must outlast every job's retry budget ends only here.
-                    idle = self._wait_trigger({**step, "when": "idle"}, 0.0)
-                    self.history.append("fault", action="failpoint", phase="end", role=name, window=step["window"],
-                                        spec=step.get("spec"), reason="idle" if idle else "timeout")
-                return
-            hit = self.hits.setdefault(name, threading.Event()).wait(float(step.get("timeout", 30)))
-            if hit and step.get("peek_queue"):
-                self._peek_while_down(step)
-            if not hit:
-                self.history.append("note", message="failpoint never hit", window=step["window"], role=name)
-                self.log(f"failpoint {step['window']} never hit")
-                self.failpoints.disarm(name)
-            time.sleep(float(step.get("hold_seconds", 0)) if hit else 0)
-            self._release(step)
-        elif action == "sigkill":
-            name = self._target(step)
-            self._hold(step)  # before the trigger: stopping a held role takes time the kill cannot wait for
-            for n, delay in enumerate(delays):
-                if n == 0:
-                    if not self._wait_trigger(step, delay):
-                        self._release(step)
-                        return
-                else:
-                    if not self._wait_trigger({**step, "at": None}, delay):
-                        return
-                self.processes.sigkill(name, window=",".join(self.scenario.raw.get("windows") or []) or None,
-                                       exactness="approximate", trigger=step.get("when"), delay=delay)
-                self.window_hits.append({"role": name, "windows": self.scenario.raw.get("windows") or [],
-                                         "exactness": "approximate", "wall": time.time()})
-                self.log(f"SIGKILL {name} ({step.get('when') or 'timed'} + {delay:.2f}s)")
-                if step.get("peek_queue"):
-                    self._peek_while_down(step)
-                else:
-                    time.sleep(float(step.get("restart_after", 0.5)))
-                if name not in self.held:
-                    self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
-            time.sleep(float(step.get("hold_seconds", 0)))
-            self._release(step)
-        elif action == "sigstop":
-            # hold: keep those roles stopped from the step's start until after the probe (the paused role itself
-            # is never held: it is the owner under test, and if it recovers work too, it sleeps with its job).
-            paused_role = self._role(step)
-            step = {**step, "hold": [r for r in self.adapter.expand_roles(step.get("hold") or [])
-                                     if r != paused_role]}
-            self._hold(step)
-            if not self._wait_trigger(step, delays[0]):
-                self._release(step)
-                return
-            name = self._target(step)
-            self.processes.sigstop(name)
-            self.log(f"SIGSTOP {name} for {step.get('duration', 5)}s")
-            if step.get("start_instance_after") is not None:
-                time.sleep(float(step["start_instance_after"]))
-                self._start_extra_instance(self.supervisor.instances[name].role)
-            remaining = float(step.get("duration", 5)) - float(step.get("start_instance_after") or 0)
-            time.sleep(max(0.0, remaining))
-            self.processes.sigcont(name)
-            self.log(f"SIGCONT {name}")
-            if step.get("probe_seconds") is not None:
-                self._probe_after_resume(step)
-            self._release(step)
-        elif action == "toxic":
-            if not self._wait_trigger(step, delays[0]):
-                return
-            # With a role: on that role's own link(s) only (_role_links); without: the whole service, every role.
-            roles = (self.adapter.expand_roles([step["role"]], self.scenario.raw.get("windows") or [])
-                     if step.get("role") else [None])
-            toxics = [(role, self.network.apply(step["service"], step["toxic"], step.get("params"), role=role))
-                      for role in roles]
-            self.log(f"{step['toxic']} on {step['service']}" + (f" of {', '.join(roles)}" if step.get("role") else "")
-                     + f" for {step.get('duration', 3)}s")
-            time.sleep(float(step.get("duration", 3)))
-            for role, toxic in toxics:
-                self.network.remove(step["service"], step["toxic"], toxic, role=role)
-        elif action == "restart_service":
-            if not self._wait_trigger(step, delays[0]):
-                return
-            self.log(f"restarting {step['service']} (down {step.get('duration', 0)}s)")
-            took = self.services.restart(step["service"], float(step.get("duration", 0)))
-            self.log(f"{step['service']} back after {took:.1f}s")
-        elif action == "republish":
-            if not self._wait_trigger(step, delays[0]):
-                return
-            self._republish(step)
-        elif action == "start_instance":
-            if not self._wait_trigger(step, delays[0]):
-                return
-            self._start_extra_instance(self._role(step))
-        elif action == "replay":
-            self._replay_failed(step)
-        elif action == "inject":
-            if not self._wait_trigger(step, delays[0]):
-                return
-            self._inject(step)
-        elif action == "hold":
-            self._hold_then_release(step, delays[0])
-        elif action == "permute":
-            self._permute_then_release(step)
-        else:
-            raise ValueError(f"unknown fault action {action!r}")
-
-    def _hold_then_release(self, step, delay: float) -> None:
-        """Keep roles stopped while work piles up: from before the workload (no trigger; hold_seconds count from
-        the workload start) or from a trigger; then start them, sampling the work queue's consumers if asked."""
-        if step.get("at") is None and step.get("when") is None:
-            time.sleep(max(0.0, self.workload_started + float(step.get("hold_seconds", 5)) - time.monotonic()))
-        else:
-            if not self._wait_trigger(step, delay):
-                return
-            self._hold(step)
-            time.sleep(float(step.get("hold_seconds", 5)))
-        if step.get("sample_consumers") and self.sampler is None:
-            queue = self.adapter.broker["work_queue"]
-            self.sampler = ConsumerSampler(self.management, self.history, queue)
-            self.history.append("phase", name="consumer_sampling_start", queue=queue, fault=step["index"])
-            self.sampler.start()
-        self._release(step)
-
-    def _permute_then_release(self, step) -> None:
-        """The consumers are held from before the workload (``hold``): once the workload is done and every accepted
-        job's message waits in the work queue, take them out and put them back in a seeded random order
-        (harness/permute.py: confirmed before the originals go, never a message lost), then start every held
-        instance at once (parallel delivery), sampling the work queue's consumers if asked."""
-        from .permute import permute_queue
-        from .seeding import stream
-
+    def _start_sampler(self, step) -> None:
+        """Sample every consumer of the work queue (prefetch, unacked) from now until the drain (hold, permute)."""
+        if self.sampler is not None:
+            return
         queue = self.adapter.broker["work_queue"]
-        deadline = time.monotonic() + float(step.get("timeout", 30))
-        while not self.workload_done.is_set() and time.monotonic() < deadline and not self.stopping.is_set():
-            time.sleep(0.1)
-        jobs: set = set()
-        while time.monotonic() < deadline and not self.stopping.is_set():
-            jobs = {m["body"].get("job_id") for m in self.tap.tapped() if isinstance(m.get("body"), dict)}
-            depth = amqp_queue_depth(self.tenant.direct.amqp_url, queue) or {}
-            if self.observer.ids and len(jobs) >= len(self.observer.ids) and (depth.get("ready") or 0) >= len(jobs):
-                break
-            time.sleep(0.2)
-        time.sleep(float(step.get("settle_seconds", 0.3)))
-        self.history.append("fault", action="permute", phase="start", queue=queue, jobs_seen=len(jobs),
-                            accepted=len(self.observer.ids))
-        try:
-            done = permute_queue(self.tenant.direct.amqp_url, queue, stream(self.seed, f"permute-{step['index']}"))
-            changed = [d.get("job_id") for d in done["original"]] != [d.get("job_id") for d in done["permuted"]]
-            self.history.append("fault", action="permute", phase="end", queue=queue, changed=changed,
-                                original=done["original"], permuted=done["permuted"], order=done["order"],
-                                published=done["published"])
-            self.log(f"permuted {len(done['order'])} messages of {queue}" + ("" if changed else " (order unchanged)"))
-        except Exception as exc:
-            self.history.append("fault", action="permute", phase="failed", queue=queue, error=repr(exc))
-            self.log(f"permutation failed, originals put back: {exc!r}")
-        if step.get("sample_consumers") and self.sampler is None:
-            self.sampler = ConsumerSampler(self.management, self.history, queue)
-            self.history.append("phase", name="consumer_sampling_start", queue=queue, fault=step["index"])
-            self.sampler.start()
-        self._release(step)
-        # Exact, real-time consumer and ready counts (a passive declare: the management statistics lag by seconds)
-        # until the queue is empty: were several consumers attached while permuted messages still waited?
-        until = time.monotonic() + float(step.get("watch_seconds", 20))
-        while time.monotonic() < until and not self.stopping.is_set():
-            depth = amqp_queue_depth(self.tenant.direct.amqp_url, queue)
-            if depth is not None:
-                self.history.append("queue", kind="consumers", queue=queue, dead_letter=False, **depth)
-                if not depth.get("ready"):
-                    break
-            time.sleep(0.1)
+        self.sampler = ConsumerSampler(self.management, self.history, queue)
+        self.history.append("phase", name="consumer_sampling_start", queue=queue, fault=step["index"])
+        self.sampler.start()
 
     def _stop_sampler(self) -> None:
         if self.sampler is not None and self.sampler.is_alive():
             self.sampler.halt()
             self.history.append("phase", name="consumer_sampling_end", ticks=self.sampler.ticks,
                                 errors=self.sampler.errors, last_error=self.sampler.last_error)
-
-    def _peek_while_down(self, step) -> None:
-        """While the crashed consumer is down, look into the work queue (messages requeued at once): an unacked
-        delivery must be back there. Runs until the step's restart_after has passed since the crash."""
-        began = time.monotonic()
-        window = float(step.get("restart_after", 3.0))
-        queue = self.adapter.broker["work_queue"]
-        time.sleep(min(0.5, window / 4))
-        while time.monotonic() - began < window - 0.2:
-            try:
-                found = []
-                for message in self.management.get(queue, 50, requeue=True):
-                    body = decode_payload(message)[0] or {}
-                    found.append({"job_id": body.get("job_id"), "attachment_id": body.get("attachment_id"),
-                                  "attempt": body.get("attempt"), "redelivered": message.get("redelivered")})
-                self.history.append("queue", kind="peek", queue=queue, messages=found, ready=len(found))
-            except Exception as exc:
-                self.history.append("note", message="queue peek failed", error=repr(exc))
-            time.sleep(0.6)
-        time.sleep(max(0.0, window - (time.monotonic() - began)))
-
-    def _probe_after_resume(self, step) -> None:
-        """After SIGCONT, for ``probe_seconds`` (roles of ``hold`` still stopped): where each accepted job stands.
-        Each sample takes the work queue's exact ready count (passive declare) and the management API's unacked count
-        (refreshed every statistics interval: it lags), THEN a fresh read of every job's state — a delivery settled
-        after its outcome shows as a terminal state, never as a missing message (stale_ack)."""
-        queue = self.adapter.broker["work_queue"]
-        until = time.monotonic() + float(step["probe_seconds"])
-        self.history.append("phase", name="resume_probe_start", queue=queue, fault=step["index"],
-                            seconds=float(step["probe_seconds"]))
-        while time.monotonic() < until and not self.stopping.is_set():
-            exact = amqp_queue_depth(self.tenant.direct.amqp_url, queue)
-            try:
-                stats = self.management.depth(queue)
-            except Exception:
-                stats = None
-            states = {}
-            for attachment_id in self.observer.ids:
-                try:
-                    self.observer.poll_one(attachment_id)
-                except Exception:
-                    pass
-                states[attachment_id] = self.observer.states.get(attachment_id)
-            self.history.append("queue", kind="resume_probe", queue=queue, dead_letter=False, fault=step["index"],
-                                ready=None if exact is None else exact.get("ready"),
-                                consumers=None if exact is None else exact.get("consumers"),
-                                unacked=None if stats is None else stats.get("unacked"),
-                                stats_ready=None if stats is None else stats.get("ready"), states=states)
-            time.sleep(0.2)
-        self.history.append("phase", name="resume_probe_end", queue=queue, fault=step["index"])
 
     def _start_extra_instance(self, role: str) -> str:
         existing = self.instances_of(role)
@@ -779,90 +598,10 @@ class ScenarioRun:
         self.log(f"started extra instance {name}")
         return name
 
-    def _republish(self, step) -> None:
-        """Publish copies of tapped messages again: redelivery of a ready job, or concurrent duplicates."""
-        target_state = step.get("params", {}).get("state", "ready")
-        copies = int(step.get("count", 1))
-        candidates = []
-        for message in self.tap.tapped():
-            body = message.get("body") or {}
-            attachment_id = body.get("attachment_id")
-            if target_state == "any" or self.observer.states.get(attachment_id) == target_state:
-                candidates.append(message)
-        seen, unique = set(), []
-        for m in candidates:
-            if m["body"]["job_id"] not in seen:
-                seen.add(m["body"]["job_id"])
-                unique.append(m)
-        unique = unique[: int(step.get("params", {}).get("jobs", 2))]
-        jobs = [m["body"]["job_id"] for m in unique]
-        self.history.append("fault", action="republish", phase="start", jobs=jobs, copies=copies,
-                            state=target_state)
-        self.log(f"republishing {copies}× {len(unique)} jobs ({target_state})")
-
-        def send(m):  # where the original went, with every property and header it had
-            return self.management.publish(m["exchange"], m["routing_key"], m["raw"], m["properties"])
-        with ThreadPoolExecutor(max(1, copies * len(unique))) as pool:
-            routed = list(pool.map(send, [m for m in unique for _ in range(copies)]))
-        self.history.append("fault", action="republish", phase="end", jobs=jobs, routed=sum(routed))
-
-    def _inject(self, step) -> None:
-        """Publish messages no consumer can process into the work queue (harness/inject.py): the default exchange
-        with the work queue's name as routing key reaches it whatever the topology. Their deliveries are traced
-        from now on, so a checker can count how often each one was handed out."""
-        from . import inject
-
-        kinds = list((step.get("params") or {}).get("kinds") or inject.KINDS)
-        from .seeding import stream
-
-        rng = stream(self.seed, f"inject-{step['index']}")
-        template = next((m["body"] for m in self.tap.tapped() if isinstance(m.get("body"), dict)
-                         and m["body"].get("job_id")), None)
-        traced = self.tap.trace_deliveries()
-        queue = self.adapter.broker["work_queue"]
-        sent = 0
-        for _ in range(int(step.get("count", 1))):
-            for kind in kinds:
-                marker = f"harness-dl-{rng.getrandbits(48):012x}"
-                raw, body = inject.build(kind, marker, template, rng)
-                if raw is None:
-                    self.history.append("note", message=f"inject {kind}: no message seen yet to copy the shape of",
-                                        fault=step["index"])
-                    continue
-                routed = self.management.publish("", queue, raw, inject.properties(marker, body))
-                sent += 1
-                self.history.append("fault", action="inject", phase="publish", fault=step["index"], kind=kind,
-                                    marker=marker, message_id=marker, sha256=inject.digest(raw), raw=raw[:2000],
-                                    body=body, job_id=(body or {}).get("job_id"), queue=queue, routed=routed,
-                                    deliveries_traced=traced)
-        self.log(f"injected {sent} unprocessable messages into {queue}")
-
-    def _replay_failed(self, step) -> None:
-        """Operator replay of every failed attachment (level 4, capability replay), once the system is idle."""
-        if not self._wait_trigger({**step, "when": "idle"}, 0.0):
-            return
-        token = self.adapter.operator_token
-        failed = [a for a, s in self.observer.states.items() if s == "failed"]
-        with httpx.Client(base_url=self.base_url, timeout=10) as client:
-            for attachment_id in failed:
-                op = f"replay-{attachment_id[:8]}"
-                path = self.adapter.replay_path.format(id=attachment_id)
-                self.history.append("invoke", op=op, f="replay", attachment_id=attachment_id)
-                unauth = client.post(path, json={"reason": "harness check"}).status_code
-                response = client.post(path, json={"reason": "harness replay"},
-                                       headers={"Authorization": f"Bearer {token}"})
-                kind = "ok" if response.status_code == 202 else "fail"
-                answer = response.json() if kind == "ok" else {}
-                self.history.append(kind, op=op, f="replay", attachment_id=attachment_id,
-                                    status=response.status_code, unauthenticated_status=unauth,
-                                    job_id=answer.get("job_id"), attempt=answer.get("attempt"))
-                self.observer.poll_one(attachment_id)  # its state moves on now: no stale "failed" ends the drain
-        self.log(f"replayed {len(failed)} failed attachments")
-
     # --- heal / drain / teardown ----------------------------------------------------------------
     def _heal(self) -> None:
         for step in self.schedule:
-            self._release(step)
+            fault_kinds.heal(self, step)  # the kind's heal; by default the release of the roles the step held
         repaired = heal_all(self.supervisor, self.toxiproxy, self.expected_running(), self.history, self.stack)
         if repaired:  # a role restarted by the heal (an armed API, say) must answer before the drain reads it
             self._wait_healthy()
@@ -914,6 +653,62 @@ class ScenarioRun:
         states = [self.observer.states.get(a) for a in self.observer.ids]
         self.log(f"drained: {sum(s == 'ready' for s in states)} ready, {sum(s == 'failed' for s in states)} failed, "
                  f"{sum(s not in TERMINAL for s in states)} other")
+
+    def _count_left_after_consumers_stop(self) -> None:
+        """After the drain and the final read, nothing may be left in the work queue, ready or unacked
+        (delivery_accounting). Every consumer instance is stopped — which returns any unacked delivery to ready —
+        and the queue is counted exactly (passive declare). When something is left, a late harmless duplicate may
+        have been in flight at the stop: the consumers get one bounded settle (``queue_settle_seconds``, running,
+        until the queue is empty and a moment more to settle what they took), then are stopped and counted again;
+        the second count is the one judged. What is left is named by one look with requeue: the run is over, it
+        changes nothing that is judged."""
+        if self.stopping.is_set():
+            return
+        queue, url = self.adapter.broker["work_queue"], self.tenant.direct.amqp_url
+        consumers = [n for r in self.adapter.expand_roles(["@consumers"]) for n in self.instances_of(r)]
+
+        def stop_and_count() -> dict | None:
+            self.extra_stopped.update(consumers)  # no restart timer may bring one back now
+            if consumers:
+                with ThreadPoolExecutor(len(consumers), thread_name_prefix="stop-consumers") as pool:
+                    list(pool.map(lambda name: self.supervisor.stop(name, 3), consumers))
+            return amqp_queue_depth(url, queue)
+
+        after, settle = stop_and_count(), None
+        if after and after.get("ready") and not self.stopping.is_set():
+            bound = float(self.scenario.raw.get("queue_settle_seconds", 6.0))
+            began, emptied = time.monotonic(), None
+            self.extra_stopped.difference_update(consumers)
+            for name in consumers:
+                self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
+            while time.monotonic() - began < bound and not self.stopping.is_set():
+                exact = amqp_queue_depth(url, queue) or {}
+                if exact.get("ready") == 0 and exact.get("consumers"):
+                    emptied = emptied or time.monotonic()
+                    if time.monotonic() - emptied >= 1.0:
+                        break
+                else:
+                    emptied = None
+                time.sleep(0.25)
+            settle = {"first_ready": after.get("ready"), "seconds": round(time.monotonic() - began, 2),
+                      "emptied": emptied is not None}
+            after = stop_and_count()
+        left = []
+        if after and after.get("ready"):
+            try:
+                for message in self.management.get(queue, 20, requeue=True):
+                    body = decode_payload(message)[0] or {}
+                    left.append({"job_id": body.get("job_id"), "attachment_id": body.get("attachment_id"),
+                                 "attempt": body.get("attempt"), "redelivered": message.get("redelivered")})
+            except Exception as exc:
+                self.history.append("note", message="could not name the messages left in the work queue",
+                                    error=repr(exc))
+            self.log(f"{after.get('ready')} messages left in {queue} once every consumer stopped")
+        self.history.append("queue", kind="after_consumers_stopped", queue=queue, dead_letter=False,
+                            ready=None if after is None else after.get("ready"),
+                            consumers=None if after is None else after.get("consumers"),
+                            stopped=consumers, **({"settle": settle} if settle else {}),
+                            **({"messages": left} if left else {}))
 
     def _teardown(self) -> None:
         self.stopping.set()

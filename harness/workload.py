@@ -362,6 +362,60 @@ class Uploader:
             return None
         return None
 
+    def probe(self, op: UploadOp, probe: str, data: bytes, on_accepted=None) -> dict | None:
+        """One idempotency probe of ``op`` (its key, ``data`` as the body), retried like an upload on an unknown
+        outcome. History: invoke / ok / fail / info with ``f = "idempotency"``."""
+        sha256 = hashlib.sha256(data).hexdigest()
+        for attempt in range(1, self.retries + 2):
+            op_id = f"{op.op}.{probe}" + (f".r{attempt - 1}" if attempt > 1 else "")
+            self.history.append("invoke", op=op_id, f="idempotency", probe=probe, of=op.op, kind=op.kind,
+                                filename=op.filename, size=len(data), sha256=sha256, same_bytes=data == op.data,
+                                idempotency_key=op.idempotency_key)
+            try:
+                response = self.client.post(
+                    "/v1/attachments", files={"file": (op.filename, data, op.content_type)},
+                    headers={"Idempotency-Key": op.idempotency_key}, timeout=self.timeout)
+            except Exception as exc:
+                self.history.append("info", op=op_id, f="idempotency", error=type(exc).__name__, detail=str(exc)[:200])
+                time.sleep(self.retry_delay * attempt)
+                continue
+            body = _json(response)
+            if response.status_code == 202 and isinstance(body, dict) and body.get("attachment_id"):
+                self.history.append("ok", op=op_id, f="idempotency", status=202, attachment_id=body["attachment_id"],
+                                    job_id=body.get("job_id"))
+                if on_accepted:
+                    on_accepted(body["attachment_id"])
+                return body
+            code = (body or {}).get("error", {}).get("code") if isinstance(body, dict) else None
+            if response.status_code >= 500:
+                self.history.append("info", op=op_id, f="idempotency", status=response.status_code, error_code=code)
+                time.sleep(self.retry_delay * attempt)
+                continue
+            self.history.append("fail", op=op_id, f="idempotency", status=response.status_code, error_code=code)
+            return None
+        return None
+
+
+def idempotency_probes(uploader: "Uploader", ops: list[UploadOp], seed: int, repeats: int = 0, conflicts: int = 0,
+                       on_accepted=None) -> None:
+    """After the workload (every original answered): send ``repeats`` good uploads again with their own
+    Idempotency-Key and the same bytes (CONTRACT §3: the same attachment_id and job_id), and ``conflicts`` good
+    uploads' keys with other bytes (a fresh image: refused with 409). Which uploads, and the other bytes, come from
+    the seed. Recorded as ``f = "idempotency"`` operations (``probe`` repeat / conflict, ``of`` the original op);
+    checkers/upload_idempotency.py judges them."""
+    good = [op for op in ops if op.kind == "good"]
+    if not good or not (repeats or conflicts):
+        return
+    rng = stream(seed, "workload-idempotency")
+    chosen = rng.sample(good, min(len(good), repeats + conflicts))
+    for index, op in enumerate(chosen):
+        if index < repeats:
+            uploader.probe(op, "repeat", op.data, on_accepted=on_accepted)
+        else:
+            fmt = rng.choice(sorted(FORMATS))
+            other = generate_image(rng, fmt)
+            uploader.probe(op, "conflict", other, on_accepted=on_accepted)
+
 
 def _json(response):
     try:

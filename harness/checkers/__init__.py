@@ -10,6 +10,8 @@ from . import clock_agreement, order_independence
 from . import expiry_metric
 from . import lease_renewal, owner_overlap
 from . import stale_ack
+from . import delivery_accounting
+from . import upload_idempotency
 from .base import INVALID, UNKNOWN, VALID, Verdict, combine
 
 CHECKERS = {
@@ -19,7 +21,7 @@ CHECKERS = {
                    order_independence, clock_agreement,
                    batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage,
                    retry_exhaustion, dead_letter, expiry_metric, lease_renewal,
-                   owner_overlap, stale_ack)
+                   owner_overlap, stale_ack, delivery_accounting, upload_idempotency)
 }
 
 

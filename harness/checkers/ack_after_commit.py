@@ -78,6 +78,59 @@ def others_in_flight(history, final, attachment_ids, target: str, wall: float) -
     return count
 
 
+def consumers_running_at(history, consumers: frozenset[str], wall: float) -> list[str]:
+    """Instances of consumer roles that were running at ``wall``, from the supervisor's start and exit lines."""
+    state: dict[str, bool] = {}
+    for e in history.of_type("role"):
+        if e["wall"] > wall:
+            break
+        if role_kind(e.get("role")) in consumers and e.get("action") in ("start", "exit"):
+            state[e["role"]] = e["action"] == "start"
+    return sorted(name for name, up in state.items() if up)
+
+
+def job_ids_of(history, attachment_id: str) -> set[str]:
+    """The job ids the run saw for an attachment: from the 202 and from the tapped messages."""
+    ids = {e.get("job_id") for e in history.of_type("ok")
+           if e.get("attachment_id") == attachment_id and e.get("job_id")}
+    for m in history.of_type("message"):
+        body = m.get("body") if isinstance(m.get("body"), dict) else {}
+        if body.get("attachment_id") == attachment_id and body.get("job_id"):
+            ids.add(body["job_id"])
+    return ids
+
+
+def deliveries_traced_before(history, wall: float) -> bool:
+    """Whether every delivery from the work queue was traced (firehose) from before ``wall`` on: tracing was on
+    before it, and no broker restart turned it off after it (trace_gaps)."""
+    from .delivery_accounting import trace_gaps
+
+    if any(end is None or end > wall for _, end in trace_gaps(history)):
+        return False
+    return any(e.get("source") == "firehose" and e.get("deliveries") and e["wall"] <= wall
+               for e in history.of_type("observe"))
+
+
+def crashed_attempt(history, job_ids: set[str], crash_line: int):
+    """The attempt of the delivery in flight at the crash: the job's last traced delivery before it, else the last
+    message of the job the tap saw published before it (None when neither says)."""
+    before = [d for d in history.of_type("delivery") if d.get("job_id") in job_ids and d["line"] < crash_line]
+    if before:
+        return before[-1].get("attempt")
+    published = [m for m in history.of_type("message") if m["line"] < crash_line
+                 and isinstance(m.get("body"), dict) and m["body"].get("job_id") in job_ids]
+    return published[-1]["body"].get("attempt") if published else None
+
+
+def same_delivery(item: dict, job_ids: set[str], attachment_id: str, attempt) -> bool:
+    """A message or delivery that is the crashed one given back: same job, same attempt, redelivered set."""
+    if item.get("job_id") not in job_ids and item.get("attachment_id") != attachment_id:
+        return False
+    if attempt is not None and item.get("attempt") is not None and item.get("attempt") != attempt:
+        return False
+    return item.get("redelivered") is None or bool(item.get("redelivered"))
+
+
 def check(history, final, run) -> Verdict:
     consumers, recovering = consumer_roles(run), recovering_roles(run)
     crashes = consumer_crashes(history, consumers)
@@ -124,18 +177,53 @@ def check(history, final, run) -> Verdict:
             base = dict(attachment_id=attachment_id, events=[crash], crash_wall=crash_wall,
                         processing_since=flight["at_text"], attempt=flight["attempt"],
                         deadline_seconds=round(deadline - crash_wall, 2), queue_samples=samples)
-            peeks = [q for q in history.of_type("queue")
-                     if q.get("kind") == "peek" and crash_wall <= q["wall"] <= deadline]
-            seen_in = [q for q in peeks if any(m.get("attachment_id") == attachment_id for m in q.get("messages") or [])]
-            if peeks and terminal and terminal["at"] is not None and terminal["at"] <= peeks[0]["wall"]:
+            all_peeks = [q for q in history.of_type("queue")
+                         if q.get("kind") == "peek" and crash_wall <= q["wall"] <= deadline]
+            # A look counts only while every consumer instance was down: a running one (a second instance, say)
+            # takes the returned delivery at once, and an empty queue then proves nothing.
+            down = [q for q in all_peeks if not (q.get("running") if "running" in q
+                                                 else consumers_running_at(history, consumers, q["wall"]))]
+            peeks = [q for q in down if "messages" in q]  # looks that listed the queue's messages
+            job_ids = job_ids_of(history, attachment_id)
+            attempt = crashed_attempt(history, job_ids, crash["line"])
+            base["crashed_attempt"] = attempt
+            seen_in = [q for q in peeks if any(same_delivery(m, job_ids, attachment_id, attempt)
+                                               for m in q.get("messages") or [])]
+            first_look = (all_peeks[0]["wall"] if all_peeks else None)
+            if first_look and terminal and terminal["at"] is not None and terminal["at"] <= first_look:
                 # The fault line is written just before the signal lands: a job may commit (and ack) in between.
                 # Finished before the first look, it had no delivery left to return (as batch_independence reads it).
                 notes.append(f"{attachment_id}: reached {terminal['to']} before the first look into the work queue "
                              "(committed before the kill landed)")
                 continue
+            exact = [{"t": q["t"], "ready": q.get("ready"), "consumers": q.get("consumers")} for q in down
+                     if "messages" not in q][:6]
+            if exact:
+                base["exact_counts_while_every_consumer_was_down"] = exact
+            if deliveries_traced_before(history, crash_wall):
+                again = next((d for d in history.of_type("delivery") if d["line"] > crash["line"]
+                              and d.get("job_id") in job_ids and bool(d.get("redelivered"))
+                              and (attempt is None or d.get("attempt") == attempt)), None)
+                if again is not None:
+                    proven.append(evidence(
+                        f"the broker redelivered the crashed delivery: job {again.get('job_id')} attempt "
+                        f"{again.get('attempt')} handed out again with redelivered set", **dict(
+                            base, job_id=again.get("job_id"), events=[crash] + down[:1] + [again])))
+                elif terminal and (recovered is None or recovered["seq"] > terminal["seq"]):
+                    notes.append(f"{attachment_id}: reached {terminal['to']} with no redelivery and no lease "
+                                 "recovery (it was committed before the kill landed)")
+                else:
+                    problems.append(evidence(
+                        f"consumer died before commit and its delivery was gone: every delivery from the work queue "
+                        f"was traced, and the job's attempt-{attempt} delivery was never redelivered (no delivery "
+                        "with redelivered set) — it was acked before its effect was durable; "
+                        + ("lease recovery brought the job back" if recovered else "the job never finished"),
+                        **dict(base, events=[crash] + down[:2])))
+                continue
             if peeks:
                 peek_evidence = dict(base, events=[crash] + peeks[:3],
-                                     peeked=[{"t": q["t"], "jobs": [m.get("job_id") for m in q.get("messages") or []]}
+                                     peeked=[{"t": q["t"], "jobs": [m.get("job_id") for m in q.get("messages") or []],
+                                              "attempts": [m.get("attempt") for m in q.get("messages") or []]}
                                              for q in peeks[:5]])
                 if seen_in:
                     proven.append(evidence("the broker returned the unacked delivery: its message was back in the "
@@ -144,8 +232,9 @@ def check(history, final, run) -> Verdict:
                 else:
                     problems.append(evidence(
                         f"consumer died before commit and its delivery was gone: {len(peeks)} looks into the work "
-                        "queue while the consumer was down did not find the job's message — it was acked before "
-                        "its effect was durable", **peek_evidence))
+                        "queue while every consumer instance was down did not find the job's message of the crashed "
+                        f"attempt ({attempt}) given back (redelivered) — it was acked before its effect was durable",
+                        **peek_evidence))
                 continue
             retained = [q for q in samples_full if q["depth"] > others_in_flight(history, final, attachment_ids,
                                                                                   attachment_id, q["wall"])]

@@ -15,7 +15,9 @@ What is a batch here, from what the harness can see:
 * **several deliveries on one consumer**, in the broker's own words — either a ``consumer`` sample (the
   management API's count of unacknowledged deliveries per consumer, while a backlog drains) holding ≥ 2, or,
   for a crash, the first look into the work queue while the crashed consumer is down (``peek_queue``) finding
-  ≥ 2 messages the broker returned from it (``redelivered``). The broker never says *which* deliveries a channel
+  ≥ 2 messages the broker returned from it (``redelivered``) — a look that only counts the queue (nothing
+  consumed) names them from the firehose trace: the deliveries handed out again, redelivered, right after the
+  restart. The broker never says *which* deliveries a channel
   holds, and its statistics are refreshed only every few seconds: so when every sample listed at most one
   consumer, the members — processed together — were on that consumer and one sample of it holding ≥ 2 proves
   the batch; with several consumers, the sample must fall between ``sample_window_seconds`` before the failure
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 from . import duplicate_effects
 from .base import (INVALID, TERMINAL_STATES, VALID, Verdict, accepted_attachments, evidence,
-                   final_read_ok, seed_of, transitions_of, undecided)
+                   final_read_ok, role_kind, seed_of, transitions_of, undecided)
 
 NAME = "batch_independence"
 REQUIREMENTS = ("BE-JOB-007",)
@@ -135,6 +137,38 @@ def _looks_while_down(failure, peeks, starts) -> list[dict]:
     return [q for q in peeks if failure["start"] <= q["wall"] and (restart is None or q["wall"] <= restart)]
 
 
+def _returned_by_trace(history, failure, looked: list[dict], starts) -> list[dict]:
+    """Looks that counted the queue without listing it (an exact ready count: nothing consumed) say which messages
+    came back from the firehose trace instead: the deliveries the broker handed out again (``redelivered`` set)
+    after the crash, until the next event that could return deliveries (a consumer instance exiting, a fault
+    starting) — with every consumer instance down until the restart, those are what the crash returned. Given as one
+    look, at the first look's time."""
+    if not looked or any("messages" in q for q in looked):
+        return looked
+    from .ack_after_commit import deliveries_traced_before
+
+    if not deliveries_traced_before(history, failure["start"]):
+        return []
+    restart = next((e["line"] for e in starts if e.get("role") == failure["instance"] and e["wall"] > failure["start"]),
+                   looked[-1]["line"])
+    # Until anything else could return deliveries: a consumer exiting again, or another fault starting.
+    consumers = frozenset(role_kind(i) for i in [failure["instance"]])
+    until = next((e["line"] for e in history.events if e["line"] > restart and (
+        (e.get("type") == "role" and e.get("action") == "exit" and role_kind(e.get("role")) in consumers)
+        or (e.get("type") == "fault" and e.get("phase") in ("start", "hit")))), None)
+    seen, messages = set(), []
+    for d in history.of_type("delivery"):
+        if d["line"] <= failure["fault"]["line"] or not d.get("redelivered"):
+            continue
+        if until is not None and d["line"] > until:
+            break
+        if (d.get("job_id"), d.get("attempt")) not in seen:
+            seen.add((d.get("job_id"), d.get("attempt")))
+            messages.append({"job_id": d.get("job_id"), "attachment_id": d.get("attachment_id"),
+                             "attempt": d.get("attempt"), "redelivered": True, "line": d["line"]})
+    return [{**looked[0], "kind": "traced_redeliveries", "messages": messages}]
+
+
 def _started_at(failure, starts) -> float | None:
     """When the crashed instance was last started before the crash: what it claimed earlier, it does not hold."""
     return max((e["wall"] for e in starts if e.get("role") == failure["instance"] and e["wall"] < failure["start"]),
@@ -186,6 +220,7 @@ def check(history, final, run) -> Verdict:
         what = (f"poison {failure['op']}{_position(failure['op'], run)} failing at {_fmt(failure['end'], history)}"
                 if failure["kind"] == "poison" else f"crash of {failure['instance']} at t={failure['fault']['t']:.2f}")
         looked = _looks_while_down(failure, peeks, starts) if failure["kind"] == "crash" else []
+        looked = _returned_by_trace(history, failure, looked, starts)
         # The broker's word for "several deliveries on one consumer": what the crash returned to the queue (the
         # first look only: the harness's own look requeues, and marks, every message it sees) or a sample.
         returned = [m for m in (looked[0].get("messages") or [] if looked else []) if m.get("redelivered")

@@ -3,7 +3,10 @@
 Per (attachment, pipeline_version) ``ready`` is reached once; per effect key
 (attachment, pipeline_version, variant) one published result; each stored
 object's bytes match the recorded checksum; no variant object is rewritten
-after its result was published (a second irreversible effect after redelivery).
+after its result was published (a second irreversible effect after redelivery): each key a ``ready`` result names is
+snapshotted (ETag, version, size, Last-Modified) when ready is first seen, before any redelivery the harness causes,
+and any change of it later is a rewrite however soon; without a snapshot, Last-Modified more than the slack after
+ready is.
 """
 
 from __future__ import annotations
@@ -17,6 +20,44 @@ NAME = "duplicate_effects"
 REQUIREMENTS = ["BE-JOB-002"]
 # Object stores report Last-Modified in whole seconds; allow that much skew before calling a rewrite.
 REWRITE_SLACK_SECONDS = 1.5
+
+
+# What an object store says of one stored version of an object: any change of these is a new write.
+MARKS = ("etag", "version_id", "size", "last_modified")
+
+
+def _norm(mark: str, value):
+    if mark == "last_modified":
+        return parse_time(value)
+    return str(value).strip('"') if mark == "etag" else value
+
+
+def _changed_since_ready(history, attachment_id: str, item: dict, obj: dict) -> list[dict]:
+    """The object at a key a ``ready`` result named, as snapshotted when ready was first seen (``snapshot`` lines,
+    harness/ready_snapshot.py), against every later look at it: the object watcher's writes and the final read. Any
+    mark that differs (ETag, version, size, or Last-Modified even within its one-second resolution) is a rewrite
+    after ready, whatever the timing; a mark one side lacks is not compared (nor Last-Modified between a HEAD and a
+    listing: their resolutions differ)."""
+    key = item.get("key")
+    snaps = [e for e in history.of_type("snapshot") if e.get("attachment_id") == attachment_id
+             and e.get("key") == key and e.get("exists")]
+    if not snaps:
+        return []
+    snap = snaps[0]
+    later = [("object watcher", e) for e in history.of_type("object") if e.get("key") == key and e["seq"] > snap["seq"]]
+    later.append(("final read", obj))
+    for source, seen in later:
+        # A listing reports Last-Modified in milliseconds, a HEAD or GET in whole seconds: compared like with like.
+        marks = [m for m in MARKS if not (source == "object watcher" and m == "last_modified")]
+        differs = [m for m in marks if snap.get(m) is not None and seen.get(m) is not None
+                   and _norm(m, snap[m]) != _norm(m, seen[m])]
+        if differs:
+            return [evidence(f"variant object {key!r} rewritten after ready was published ({', '.join(differs)} "
+                             f"changed since the snapshot taken when ready was first seen; seen by the {source})",
+                             attachment_id=attachment_id, variant=item.get("name"),
+                             snapshot={m: snap.get(m) for m in MARKS}, later={m: seen.get(m) for m in MARKS},
+                             events=[snap] + ([seen] if source == "object watcher" else []))]
+    return []
 
 
 def check(history, final, run) -> Verdict:
@@ -53,6 +94,14 @@ def check(history, final, run) -> Verdict:
         for key, count in keys.items():
             if count > 1:
                 problems.append(evidence(f"object key {key!r} used by {count} variants", attachment_id=attachment_id))
+        final_keys = {v.get("name"): v.get("key") for v in variants}
+        for snap in history.of_type("snapshot"):
+            if snap.get("attachment_id") == attachment_id and final_keys.get(snap.get("variant"), snap.get("key")) \
+                    != snap.get("key"):
+                problems.append(evidence(
+                    f"variant {snap.get('variant')!r} published at {snap.get('key')!r} when ready was first seen, "
+                    f"at {final_keys[snap.get('variant')]!r} at the final read: the result was replaced after ready",
+                    attachment_id=attachment_id, events=[snap]))
         objects = record.get("objects") or {}
         ready_at = readies[-1]["at"] if readies else parse_time(body.get("updated_at"))
         for item in ([body.get("original")] if body.get("original") else []) + list(variants):
@@ -74,6 +123,8 @@ def check(history, final, run) -> Verdict:
             if item.get("size") is not None and obj.get("size") is not None and obj["size"] != item["size"]:
                 problems.append(evidence(f"object {key!r} size differs from the recorded size",
                                          attachment_id=attachment_id, recorded=item["size"], actual=obj["size"]))
+            if item is not body.get("original"):
+                problems.extend(_changed_since_ready(history, attachment_id, item, obj))
             modified = parse_time(obj.get("last_modified"))
             if item is not body.get("original") and ready_at and modified and modified > ready_at + REWRITE_SLACK_SECONDS:
                 problems.append(evidence(
@@ -83,6 +134,10 @@ def check(history, final, run) -> Verdict:
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} duplicate or inconsistent effects",
                        evidence=problems, seed=seed_of(run))
+    snapshotted = len({(e.get("attachment_id"), e.get("key")) for e in history.of_type("snapshot") if e.get("exists")})
     return Verdict(NAME, VALID, REQUIREMENTS,
-                   f"one ready and one result per effect key; {checked} objects match their checksums",
+                   f"one ready and one result per effect key; {checked} objects match their checksums; "
+                   + (f"{snapshotted} variant objects unchanged since ready was first seen (ETag, size, Last-Modified)"
+                      if snapshotted else "no snapshot at ready: a rewrite is judged by Last-Modified alone "
+                      f"(more than {REWRITE_SLACK_SECONDS:g}s after ready)"),
                    exercised=bool(final.get("attachments")), seed=seed_of(run))

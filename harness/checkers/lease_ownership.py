@@ -3,7 +3,9 @@
 When a worker is paused longer than its lease, the job it held is recovered
 by someone else while it sleeps (the new owner may finish it after the old one
 woke), and once it wakes its stale writes are rejected: no transition by an
-older attempt after a newer attempt started, and ready stays single (see
+older attempt after a newer attempt started, no ``ready`` committed by the owner
+of an older claim after a newer claim began (known by the transition's actor,
+whatever attempt it carries: ``stale_commits``), and ready stays single (see
 duplicate_effects).
 """
 
@@ -25,6 +27,30 @@ def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]
     for stop in stops:
         cont = next((c for c in conts if c.get("role") == stop.get("role") and c["seq"] > stop["seq"]), None)
         out.append((stop, cont))
+    return out
+
+
+def stale_commits(trans: list[dict]) -> list[tuple[dict, dict, dict]]:
+    """(commit, the stale claim it came from, the newer claim it overrode): a ``ready`` committed after a newer
+    claim began, by the owner of an older one. The attempt it carries proves nothing (an implementation may stamp
+    the row's current attempt on any write); whose write it is shows in its ``actor``, compared as an identity,
+    never by its wording: equal to an older claim's actor and unlike the newest claim's. Only a commit to ``ready``
+    is judged this way — a recovery (``processing`` → ``queued``/``failed``) may rightly be written by any
+    instance, an old owner too. Actors that do not tell the owners apart (one string for every instance) decide
+    nothing here."""
+    out, claims = [], []
+    for t in trans:
+        if t["to"] == "processing":
+            claims.append(t)
+            continue
+        if t["from"] != "processing" or t["to"] != "ready" or len(claims) < 2 or not t.get("actor"):
+            continue
+        newest = claims[-1]
+        if t["actor"] == newest.get("actor"):
+            continue
+        older = next((c for c in reversed(claims[:-1]) if c.get("actor") == t["actor"]), None)
+        if older is not None:
+            out.append((t, older, newest))
     return out
 
 
@@ -63,6 +89,13 @@ def check(history, final, run) -> Verdict:
                 problems.append(evidence(f"stale owner (attempt {a}) wrote {t['from']}→{t['to']} after attempt "
                                          f"{newest} claimed", attachment_id=attachment_id, seq=t["seq"], at=t["at_text"]))
             newest = max(newest, a)
+        for t, older, newer in stale_commits(trans):
+            if any(p.get("seq") == t["seq"] and p.get("attachment_id") == attachment_id for p in problems):
+                continue
+            problems.append(evidence(
+                f"stale owner ({older['actor']}, claim of {older['at_text']}) committed {t['from']}→{t['to']} after "
+                f"a newer claim by {newer['actor']} at {newer['at_text']} (the commit carries attempt {t['attempt']})",
+                attachment_id=attachment_id, seq=t["seq"], at=t["at_text"]))
     exercised = False
     for stop, cont in paused:
         paused_for = (cont["wall"] if cont else float("inf")) - stop["wall"]

@@ -13,7 +13,8 @@ prove without internals:
   the management API, or counted exactly (a passive declare, ``queue`` lines ``kind = "consumers"``) while
   permuted messages still waited — and permuted jobs were processed at once (their ``queued → processing →
   terminal`` intervals, by the implementation's own event times, overlap);
-* every permuted job ends ``ready`` once, with no duplicate effect and no transition outside the contract: the
+* every permuted job ends ``ready`` once (an upload the harness planted to fail — poison, bad, hostile — may end
+  ``failed`` instead), with no duplicate effect and no transition outside the contract: the
   findings of ``lost_accepted_work``, ``duplicate_effects`` and ``state_regression`` about the permuted
   attachments are this check's findings too (an order-dependent handler typically refuses, fails or drops a job
   that comes "out of order").
@@ -27,8 +28,8 @@ event times) is kept as evidence of how the permuted order reached the handler, 
 from __future__ import annotations
 
 from . import duplicate_effects, lost_accepted_work, state_regression
-from .base import (INVALID, UNKNOWN, VALID, Verdict, evidence, faults, final_read_ok, not_proven, seed_of,
-                   transitions_of)
+from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, faults, final_read_ok,
+                   not_proven, seed_of, transitions_of)
 
 NAME = "order_independence"
 REQUIREMENTS = ["BE-JOB-004"]
@@ -117,13 +118,17 @@ def check(history, final, run) -> Verdict:
                      consumer_connections_attached=sorted(attached), most_permuted_jobs_processing_at_once=overlap,
                      most_consumers_attached_while_messages_waited=waiting,
                      claim_order=claim_order(history, final, permuted_ids))
-    # What the permuted jobs must show: ready once, one effect per key, no regression.
+    # What the permuted jobs must show: ready once, one effect per key, no regression. An upload the harness planted
+    # to fail (workload kind other than good: poison, bad, hostile, heavy) may end failed; it must end terminal.
     targets = set(permuted_ids)
     problems = []
     records = final.get("attachments", {})
+    planted = {a for a, acc in accepted_attachments(history).items() if acc["invoke"].get("kind") not in (None, "good")}
     for attachment_id in sorted(targets):
         body = (records.get(attachment_id) or {}).get("body") or {}
         readies = [t for t in transitions_of(history, final, attachment_id) if t["to"] == "ready"]
+        if attachment_id in planted and body.get("state") == "failed":
+            continue
         if body.get("state") != "ready":
             problems.append(evidence(f"a permuted job did not end ready: {body.get('state')!r} "
                                      f"({body.get('error_code')})", attachment_id=attachment_id,

@@ -7,7 +7,10 @@ check is exercised only when such an overlap was seen (the newer claim began bef
 a new owner that was already done when the old one woke proves nothing here (``lease_ownership`` covers it).
 
 Invalid: any transition out of ``processing`` by the stale attempt (a lower attempt number) once the newer claim
-began — in particular one committed while the new owner was still working. ``ready`` once per job is
+began — in particular one committed while the new owner was still working — and any ``ready`` committed by the old
+owner after the newer claim began whatever attempt it carries (its actor is the old claim's, not the new one's:
+``lease_ownership.stale_commits``). A claim that ended ``ready`` after the old owner woke, with actors that do not
+tell the two owners apart, is ``unknown`` where the scenario relies on this check: the commit cannot be attributed. ``ready`` once per job is
 ``duplicate_effects``'s.
 """
 
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 from .base import (INVALID, UNKNOWN, VALID, Verdict, consumer_roles, evidence, seed_of, timing, transitions_of)
 from .ack_after_commit import in_flight_at
-from .lease_ownership import pauses
+from .base import undecided
+from .lease_ownership import pauses, stale_commits
 
 NAME = "owner_overlap"
 REQUIREMENTS = ["BE-JOB-006"]
@@ -31,7 +35,7 @@ def check(history, final, run) -> Verdict:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "a consumer was paused, but the adapter declares no "
                        "lease_seconds: cannot tell whether it lost its lease", seed=seed_of(run))
     ids = sorted(set((final or {}).get("attachments", {})))
-    problems, overlaps, apart = [], [], 0
+    problems, overlaps, apart, unattributed = [], [], 0, []
     for stop, cont in paused:
         if cont is None or cont["wall"] - stop["wall"] <= lease:
             continue
@@ -59,6 +63,24 @@ def check(history, final, run) -> Verdict:
                         f"stale owner (attempt {t['attempt']}) wrote {t['from']}→{t['to']} after attempt "
                         f"{new_claim['attempt']} claimed" + (" while the new owner was still working" if during else ""),
                         seq=t["seq"], at=t["at_text"], **base))
+            flagged = {p.get("seq") for p in problems if p.get("attachment_id") == attachment_id}
+            for t, older, newer in stale_commits(trans):
+                if (t["seq"] or 0) > (new_claim["seq"] or 0) and t["seq"] not in flagged:
+                    during = ended is None or ended is t or t["at"] < ended["at"]
+                    problems.append(evidence(
+                        f"stale owner ({older['actor']}) committed {t['from']}→{t['to']} after {newer['actor']} "
+                        f"claimed (stamped attempt {t['attempt']})"
+                        + (" while the new owner was still working" if during else ""),
+                        seq=t["seq"], at=t["at_text"], **base))
+            if ended is not None and ended["to"] == "ready" and ended["at"] > cont["wall"] and not (
+                    ended.get("actor") and ended["actor"] == new_claim.get("actor")
+                    and new_claim.get("actor") != flight.get("actor")):
+                # Both owners were awake when the claim ended: whose commit it was shows only in its actor.
+                unattributed.append(evidence(
+                    "the new claim ended ready after the old owner woke, and the events' actor does not tell "
+                    "whose commit it was", actors={"stale_claim": flight.get("actor"),
+                                                   "new_claim": new_claim.get("actor"), "commit": ended.get("actor")},
+                    **base))
             if ended is None or ended["at"] > cont["wall"]:
                 overlaps.append(evidence(
                     f"old owner woke {cont['wall'] - new_claim['at']:.1f}s into the new owner's claim, "
@@ -69,6 +91,11 @@ def check(history, final, run) -> Verdict:
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} stale writes beside a new owner",
                        evidence=problems, seed=seed_of(run))
+    if unattributed:
+        return undecided(NAME, REQUIREMENTS, f"{len(unattributed)} claims ended ready beside a woken old owner, and "
+                         "the events' actor does not tell the owners apart: a stale commit stamped with the current "
+                         "attempt would look the same", NAME in ((run.get("scenario") or {}).get("checks") or []),
+                         seed_of(run), unattributed, unknown_prefix="cannot tell whose commit it was")
     if overlaps:
         return Verdict(NAME, VALID, REQUIREMENTS, f"{len(overlaps)} jobs had the old and the new owner at work at "
                        "once; the stale owner wrote nothing", evidence=overlaps, seed=seed_of(run))

@@ -8,16 +8,28 @@ nor successful (CONTRACT §11): the server may have recorded it, so one old
 unreferenced object of its size may be its live original — kept as a note,
 not judged an orphan.
 
+Which objects are staging objects is read from the API's ``original.key`` of the attachments, never guessed: the key
+with the attachment's id cut out is a template (``staging/{id}``, ``{id}/original``, ``uploads/2026/11/{id}.bin``)
+that no variant key may match; an implementation whose keys do not contain the id gives the folder all originals
+share instead. A layout in which staging objects cannot be told apart from variants makes orphans unjudgeable:
+``unknown`` where the scenario relies on this check.
+
+An orphan still younger than the retention plus its grace at the final read proves nothing either way (the runner
+waits the grace out before its final read in the scenarios that rely on this check, within a bound): ``unknown`` where
+the scenario relies on it, with how young it was.
+
 In a run whose scenario moves role clocks (``clock_skew``, harness/clock.py), a run without violations is
 ``unknown`` unless every skewed role's offset was shown in effect (verified or preloaded).
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ..clock import unverified as unverified_skew
-from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, final_read_ok, missing_timings, parse_time, seed_of, timing
+from .base import (INVALID, UNKNOWN, VALID, Verdict, evidence, final_read_ok, missing_timings, parse_time, seed_of,
+                   timing, undecided)
 
 NAME = "staging_safety"
 REQUIREMENTS = ["BE-JOB-001"]
@@ -31,6 +43,47 @@ def unresolved_uploads(history) -> list[dict]:
             tries.setdefault(o["invoke"].get("sample") or o["invoke"]["op"], []).append(o)
     return [ops[0]["invoke"] for ops in tries.values()
             if not any(o["complete"] is not None and o["complete"]["type"] in ("ok", "fail") for o in ops)]
+
+
+def grace_of(timings: dict) -> float | None:
+    """How long after its staging an orphan must be gone: the declared retention, two sweeps and 2 s of slack."""
+    retention, sweep = timings.get("staging_retention_seconds"), timings.get("sweep_interval_seconds")
+    if retention is None or sweep is None:
+        return None
+    return float(retention) + 2 * float(sweep) + 2
+
+
+def staging_layout(final: dict):
+    """(description, predicate on an object key) of the staging area, from the API's ``original.key``; None when
+    staging objects cannot be told apart from variants."""
+    records = [(a, r.get("body") or {}) for a, r in (final.get("attachments") or {}).items()]
+    originals = [(a, (b.get("original") or {}).get("key")) for a, b in records if (b.get("original") or {}).get("key")]
+    variants = [v.get("key") or "" for _, b in records for v in b.get("variants") or []]
+    if not originals:
+        return None
+    templates = {key.replace(a, "\0") for a, key in originals if a and a in key}
+    if len(templates) == 1 and all(a in key for a, key in originals):
+        template = next(iter(templates))
+        pattern = re.compile("^" + "[^/]+".join(re.escape(part) for part in template.split("\0")) + "$")
+        if not any(pattern.match(k) for k in variants):
+            return template.replace("\0", "{id}"), lambda key: bool(pattern.match(key))
+    keys = [key for _, key in originals]
+    common = keys[0]
+    for key in keys[1:]:
+        while not key.startswith(common):
+            common = common[:-1]
+    folder = common[:common.rfind("/") + 1]
+    if folder and not any(k.startswith(folder) for k in variants):
+        return folder, lambda key: key.startswith(folder)
+    return None
+
+
+def skew_not_in_effect(skew: list[dict], notes: list[dict], run) -> Verdict:
+    return Verdict(NAME, UNKNOWN, REQUIREMENTS,
+                   f"no violation, but the clock offset of {', '.join(sorted({e.get('role') for e in skew}))} is "
+                   f"not shown in effect ({'; '.join(sorted({e.get('status') + ': ' + str(e.get('reason')) for e in skew}))}): "
+                   "staging cleanup under clock skew not judged",
+                   evidence=[evidence("clock offset not in effect", events=skew)] + notes, seed=seed_of(run))
 
 
 def check(history, final, run) -> Verdict:
@@ -54,18 +107,25 @@ def check(history, final, run) -> Verdict:
                        evidence=problems, seed=seed_of(run))
     read_at = parse_time(final.get("read_at"))
     lacking = missing_timings(run, "staging_retention_seconds", "sweep_interval_seconds")
-    grace = None if lacking else (timing(run, "staging_retention_seconds") + 2 * timing(run, "sweep_interval_seconds")
-                                  + 2)
-    # Only the staging area is subject to retention: the folder all originals share. Variant objects of work
-    # that never committed are an implementation's business (they are rewritten on redelivery).
-    original_keys = [(r.get("body") or {}).get("original", {}).get("key") or "" for r in final["attachments"].values()]
-    prefixes = {k.split("/", 1)[0] + "/" for k in original_keys if "/" in k}
-    variant_keys = [v.get("key") or "" for r in final["attachments"].values()
-                    for v in (r.get("body") or {}).get("variants") or []]
-    staging = next(iter(prefixes)) if len(prefixes) == 1 else None
-    if staging and any(k.startswith(staging) for k in variant_keys):
-        staging = None  # originals and variants share a folder: cannot tell staging objects apart
-    orphans = [o for o in listing if o.get("key") not in referenced and staging and o["key"].startswith(staging)]
+    grace = None if lacking else grace_of({n: timing(run, n) for n in ("staging_retention_seconds",
+                                                                        "sweep_interval_seconds")})
+    # Only the staging area is subject to retention (variant objects of work that never committed are an
+    # implementation's business: they are rewritten on redelivery). Its layout comes from original.key.
+    layout = staging_layout(final)
+    asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
+    if layout is None:
+        if problems:
+            return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} staging safety violations",
+                           evidence=problems, seed=seed_of(run))
+        skew = unverified_skew(history)
+        if skew:
+            return skew_not_in_effect(skew, [], run)
+        return undecided(NAME, REQUIREMENTS, "originals intact, but the staging layout cannot be told apart from the "
+                         "variants' (from original.key): orphans not judged", asked, seed_of(run),
+                         [evidence("originals", keys=sorted({(r.get("body") or {}).get("original", {}).get("key")
+                                                             for r in final["attachments"].values()} - {None})[:5])])
+    staging, is_staging = layout
+    orphans = [o for o in listing if o.get("key") not in referenced and is_staging(o.get("key") or "")]
     if orphans and grace is None and not problems:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"{len(orphans)} orphan objects under {staging!r}, but the adapter "
                        f"declares no {' / '.join(lacking)}: their retention cannot be judged",
@@ -88,12 +148,17 @@ def check(history, final, run) -> Verdict:
                        evidence=problems + notes, seed=seed_of(run))
     skew = unverified_skew(history)
     if skew:  # the scenario moved some role's clock: nothing found proves nothing unless the offset took effect
-        return Verdict(NAME, UNKNOWN, REQUIREMENTS,
-                       f"no violation, but the clock offset of {', '.join(sorted({e.get('role') for e in skew}))} is "
-                       f"not shown in effect ({'; '.join(sorted({e.get('status') + ': ' + str(e.get('reason')) for e in skew}))}): "
-                       "staging cleanup under clock skew not judged",
-                       evidence=[evidence("clock offset not in effect", events=skew)] + notes, seed=seed_of(run))
+        return skew_not_in_effect(skew, notes, run)
+    young = [o for o in orphans if o not in expired]
+    if young:  # the final read came before their retention ran out: their cleanup was not put to the test
+        ages = [round(read_at - parse_time(o.get("last_modified")), 1) for o in young
+                if read_at and parse_time(o.get("last_modified"))]
+        return undecided(NAME, REQUIREMENTS, f"originals intact; {len(young)} young orphans under {staging!r} (aged "
+                         f"{min(ages, default='?')}-{max(ages, default='?')} s at the final read, retention + grace "
+                         f"{grace} s): their cleanup not judged", asked, seed_of(run),
+                         [evidence("orphans younger than the retention at the final read",
+                                   keys=[o.get("key") for o in young[:10]], ages=ages[:10])] + notes,
+                         unknown_prefix="staging retention not exercised", idle_prefix="not exercised")
     return Verdict(NAME, VALID, REQUIREMENTS,
-                   f"originals intact; {len(orphans)} young orphans under {staging!r}, none past retention"
-                   if staging else "originals intact; staging folder not identifiable, orphans not judged",
+                   f"originals intact; {len(orphans)} orphans under {staging!r}, none left past retention",
                    exercised=bool(final.get("attachments")) or bool(orphans), evidence=notes, seed=seed_of(run))

@@ -91,7 +91,9 @@ def paused_past_lease(new_owner_done: float, recovered: bool = True):
     steps = [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker")]
     if recovered:
         steps += [(6, "processing", "queued", 2, "sweeper"), (6.5, "queued", "processing", 2, "worker#2")]
-    b.transitions(ATT, steps + [(new_owner_done, "processing", "ready", 2 if recovered else 1, "worker")])
+    # The new owner commits under its own actor (the one on its claim): the old owner's actor would be a stale commit.
+    b.transitions(ATT, steps + [(new_owner_done, "processing", "ready", 2 if recovered else 1,
+                                 "worker#2" if recovered else "worker")])
     return b
 
 

@@ -3,7 +3,7 @@ a correct run, invalid on the bug it exists for, and unknown when it could not o
 
 from __future__ import annotations
 
-from harness_histories import Builder, happy
+from harness_histories import Builder, happy, job_message
 
 from harness.checkers import INVALID, UNKNOWN, VALID, clock_agreement, order_independence
 from harness.checkers.order_independence import connection_of
@@ -220,3 +220,35 @@ def test_clock_agreement_accepts_fresh_work_that_expired_after_its_ttl_behind_a_
     b.events.sort(key=lambda e: e["t"])
     verdict = clock_agreement.check(b.history(), b.final, b.run)
     assert verdict.status != INVALID, [e.get("message") for e in verdict.evidence]
+
+
+def _permuted_with_a_failure(kind: str, error_code: str):
+    """A, B, C permuted and consumed by two consumers; A uploaded as ``kind`` ends failed with ``error_code``."""
+    b = Builder(scenario=PERMUTE)
+    job_a = "j-a"
+    b.upload(0.0, A, job_id=job_a, kind=kind)
+    b.add(0.15, "message", body=job_message(job_a, A), properties={})
+    b.transitions(A, [(0.1, None, "queued", 1, "api"), (1.0, "queued", "processing", 1, "worker"),
+                      (1.1, "processing", "failed", 1, "worker")], error_code=error_code)
+    for n, attachment_id in enumerate((B, C), start=1):
+        happy(at=0.1 * n, attachment_id=attachment_id, builder=b)
+    original = [{"job_id": f"j{n}", "attachment_id": a} for n, a in enumerate((A, B, C))]
+    b.add(0.6, "fault", action="permute", phase="start", queue="work")
+    b.add(0.7, "fault", action="permute", phase="end", queue="work", changed=True, original=original,
+          permuted=[original[2], original[0], original[1]], order=[2, 0, 1], published=3)
+    for n in range(2):
+        b.add(1.2, "consumer", queue="work", tick=1, consumers=2, consumer_tag=f"c{n}",
+              channel=f"127.0.0.1:{4000 + n} -> 127.0.0.1:5672 (1)", prefetch=2, unacked=1)
+    return b
+
+
+def test_order_independence_lets_a_planted_poison_upload_fail_but_not_a_good_one():
+    """Soak seed 9000 (reference): a poison upload (the harness planted it: it cannot be decoded) among the permuted
+    jobs ends `failed (decode_failed)`, as it must; it is no sign of order dependence. A good one failing still is."""
+    poison = _permuted_with_a_failure("poison", "decode_failed")
+    verdict = order_independence.check(poison.history(), poison.final, poison.run)
+    assert verdict.status == VALID, verdict.evidence
+    good = _permuted_with_a_failure("good", "out_of_order")
+    verdict = order_independence.check(good.history(), good.final, good.run)
+    assert verdict.status == INVALID
+    assert [e.get("attachment_id") for e in verdict.evidence if "did not end" in e.get("message", "")] == [A]

@@ -10,7 +10,7 @@ from harness.checkers import CHECKERS
 from harness.schemas import REPO_ROOT
 
 # Checkers no broken implementation can fail, each explained in docs/TRACK-RECORD.md.
-WITHOUT_VARIANT = {"fault_coverage", "lease_ownership", "owner_overlap"}
+WITHOUT_VARIANT = {"fault_coverage"}
 
 
 def cases() -> list[tuple[str, str, set[str]]]:

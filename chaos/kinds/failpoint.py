@@ -1,0 +1,77 @@
+"""``failpoint``: the role hosting a failure window restarted with FAILPOINTS set (DESIGN §4) — before the workload
+(armed at first start) or at a trigger — then, for a crash spec, the crash waited for (the role is restarted
+``restart_after`` seconds after it, the work queue peeked at while it is down when asked); a pause or error spec
+keeps the role running (``until = "idle"``: armed until every accepted job is terminal). Never hit: disarmed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from . import first_delay, peek_while_down, untimed
+
+ACTION = "failpoint"
+RECORDS = ("fault action=failpoint phase=arm (role, window, spec), fault action=crash phase=hit per crash (runner), "
+           "phase=disarm; phase=end for an until=idle pause or error; note 'failpoint never hit'")
+WEIGHT = 4
+
+
+def prepare(ctx, step) -> None:
+    if untimed(step):
+        ctx._hold(step)
+
+
+def run(ctx, step) -> None:
+    name = ctx._failpoint_instance(step)
+    ctx.restart_after[name] = float(step.get("restart_after", 0.5))
+    if not untimed(step):
+        if not ctx._wait_trigger(step, first_delay(step)):
+            return
+        ctx._hold(step)
+        ctx.hits[name] = threading.Event()
+        ctx.failpoints.arm(name, step["window"], step.get("spec", "1*crash"))
+    if "crash" not in str(step.get("spec", "1*crash")):
+        ctx._release(step)  # a pause or an error: the role keeps running, there is no crash to wait for
+        if step.get("until") == "idle":
+            # Kept armed until every accepted job is terminal (or the step's timeout): the heal disarms it,
+            # so a fault that must outlast every job's retry budget ends only here.
+            idle = ctx._wait_trigger({**step, "when": "idle"}, 0.0)
+            ctx.history.append("fault", action="failpoint", phase="end", role=name, window=step["window"],
+                               spec=step.get("spec"), reason="idle" if idle else "timeout")
+        return
+    hit = ctx.hits.setdefault(name, threading.Event()).wait(float(step.get("timeout", 30)))
+    if hit and step.get("peek_queue"):
+        peek_while_down(ctx, step)
+    if not hit:
+        ctx.history.append("note", message="failpoint never hit", window=step["window"], role=name)
+        ctx.log(f"failpoint {step['window']} never hit")
+        ctx.failpoints.disarm(name)
+    time.sleep(float(step.get("hold_seconds", 0)) if hit else 0)
+    ctx._release(step)
+
+
+def windows(adapter) -> list[str]:
+    """The failure windows the adapter maps to one of its roles."""
+    from harness.adapter import DEFAULT_WINDOW_ROLES
+
+    names = list(dict.fromkeys([*DEFAULT_WINDOW_ROLES, *(adapter.raw.get("failpoints") or {})]))
+    return [w for w in names if adapter.window_role(w)]
+
+
+def allowed(adapter, level: int) -> str | None:
+    if not adapter.has("failpoints"):
+        return "the adapter declares no failpoints capability"
+    if not windows(adapter):
+        return "the adapter maps no role to any failure window ([failpoints])"
+    return None
+
+
+def draw(rng, pick) -> dict | None:
+    """A crash at a window whose role may take a process fault and is not busy with another one in this seed (an
+    arm restarts the role with FAILPOINTS set: a second arm, a kill or a hold would disarm it before its window)."""
+    choices = [w for w in windows(pick.adapter) if pick.adapter.window_role(w) in pick.roles
+               and pick.adapter.window_role(w) not in pick.busy]
+    if not choices:
+        return None
+    return {"action": "failpoint", "window": rng.choice(choices), "spec": "1*crash", "at": pick.at,
+            "restart_after": round(rng.uniform(0.3, 1.5), 2), "timeout": 30}

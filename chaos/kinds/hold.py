@@ -1,0 +1,47 @@
+"""``hold``: roles kept stopped while work piles up — from before the workload (no trigger; ``hold_seconds`` count
+from the workload start) or from a trigger — then started again, sampling the work queue's consumers if asked."""
+
+from __future__ import annotations
+
+import time
+
+from . import first_delay, untimed
+
+ACTION = "hold"
+RECORDS = "phase hold_start / hold_end (roles, instances, fault); consumer_sampling_start with sample_consumers"
+WEIGHT = 1
+
+
+def prepare(ctx, step) -> None:
+    if untimed(step):
+        ctx._hold(step)
+
+
+def run(ctx, step) -> None:
+    if untimed(step):
+        time.sleep(max(0.0, ctx.workload_started + float(step.get("hold_seconds", 5)) - time.monotonic()))
+    else:
+        if not ctx._wait_trigger(step, first_delay(step)):
+            return
+        ctx._hold(step)
+        time.sleep(float(step.get("hold_seconds", 5)))
+    if step.get("sample_consumers"):
+        ctx._start_sampler(step)
+    ctx._release(step)
+
+
+def allowed(adapter, level: int) -> str | None:
+    return None if held_roles(adapter) else "every role is the HTTP role"
+
+
+def held_roles(adapter) -> list[str]:
+    """Roles that may be stopped for a while: all but the HTTP role (uploads need it)."""
+    return [r for r in adapter.roles if r != adapter.http.get("role", "api")]
+
+
+def draw(rng, pick) -> dict | None:
+    held = [r for r in held_roles(pick.adapter) if r in pick.roles]
+    if not held:
+        return None
+    return {"action": "hold", "hold": [rng.choice(held)], "at": pick.at,
+            "hold_seconds": pick.duration(rng, 0.25, 1.0)}

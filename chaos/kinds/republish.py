@@ -1,0 +1,46 @@
+"""``republish``: copies of tapped messages published again where the originals went, with every property and
+header: the redelivery of a ready job (``state = "ready"``), or concurrent duplicates (``state = "any"``)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from . import first_delay
+
+ACTION = "republish"
+RECORDS = "fault action=republish phase=start (jobs, copies, state) and phase=end (routed)"
+WEIGHT = 2
+
+
+def run(ctx, step) -> None:
+    if not ctx._wait_trigger(step, first_delay(step)):
+        return
+    target_state = step.get("params", {}).get("state", "ready")
+    copies = int(step.get("count", 1))
+    candidates = []
+    for message in ctx.tap.tapped():
+        body = message.get("body") or {}
+        attachment_id = body.get("attachment_id")
+        if target_state == "any" or ctx.observer.states.get(attachment_id) == target_state:
+            candidates.append(message)
+    seen, unique = set(), []
+    for m in candidates:
+        if m["body"]["job_id"] not in seen:
+            seen.add(m["body"]["job_id"])
+            unique.append(m)
+    unique = unique[: int(step.get("params", {}).get("jobs", 2))]
+    jobs = [m["body"]["job_id"] for m in unique]
+    ctx.history.append("fault", action="republish", phase="start", jobs=jobs, copies=copies, state=target_state)
+    ctx.log(f"republishing {copies}× {len(unique)} jobs ({target_state})")
+
+    def send(m):  # where the original went, with every property and header it had
+        return ctx.management.publish(m["exchange"], m["routing_key"], m["raw"], m["properties"])
+    with ThreadPoolExecutor(max(1, copies * len(unique))) as pool:
+        routed = list(pool.map(send, [m for m in unique for _ in range(copies)]))
+    ctx.history.append("fault", action="republish", phase="end", jobs=jobs, routed=sum(routed))
+
+
+def draw(rng, pick) -> dict:
+    state = rng.choice(("ready", "any"))
+    return {"action": "republish", "at": pick.at, "when": "ready" if state == "ready" else "message",
+            "count": rng.randint(1, 2), "params": {"state": state, "jobs": rng.randint(1, 3)}, "timeout": 60}

@@ -1,0 +1,25 @@
+"""``start_instance``: one more instance of a role (a copy of its first instance's command and environment)."""
+
+from __future__ import annotations
+
+from . import first_delay
+
+ACTION = "start_instance"
+RECORDS = "role lines of the new instance (supervisor); nothing else"
+WEIGHT = 1
+
+
+def run(ctx, step) -> None:
+    if not ctx._wait_trigger(step, first_delay(step)):
+        return
+    ctx._start_extra_instance(ctx._role(step))
+
+
+def allowed(adapter, level: int) -> str | None:
+    return None if adapter.roles_flagged("consumer") else "no role is flagged consumer"
+
+
+def draw(rng, pick) -> dict | None:
+    if not pick.consumers:
+        return None
+    return {"action": "start_instance", "role": rng.choice(pick.consumers), "at": pick.at}

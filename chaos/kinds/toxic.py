@@ -1,0 +1,40 @@
+"""``toxic``: a Toxiproxy toxic (cut, blackhole, reset_peer, latency) on a service for ``duration`` seconds — on every
+role's link, or with ``role`` on that role's own link only (the runner gives it a proxy of its own)."""
+
+from __future__ import annotations
+
+import time
+
+from . import first_delay
+
+ACTION = "toxic"
+RECORDS = "fault action=toxic phase=start (service, toxic, params, role) and phase=end"
+WEIGHT = 3
+SERVICES = ("postgres", "rabbitmq", "s3")
+TOXICS = ("cut", "blackhole", "reset_peer", "latency")
+
+
+def run(ctx, step) -> None:
+    if not ctx._wait_trigger(step, first_delay(step)):
+        return
+    # With a role: on that role's own link(s) only (the runner's _role_links); without: the whole service.
+    roles = (ctx.adapter.expand_roles([step["role"]], ctx.scenario.raw.get("windows") or [])
+             if step.get("role") else [None])
+    toxics = [(role, ctx.network.apply(step["service"], step["toxic"], step.get("params"), role=role))
+              for role in roles]
+    ctx.log(f"{step['toxic']} on {step['service']}" + (f" of {', '.join(roles)}" if step.get("role") else "")
+            + f" for {step.get('duration', 3)}s")
+    time.sleep(float(step.get("duration", 3)))
+    for role, toxic in toxics:
+        ctx.network.remove(step["service"], step["toxic"], toxic, role=role)
+
+
+def draw(rng, pick) -> dict:
+    toxic = rng.choice(TOXICS)
+    params = {"latency": lambda: {"ms": rng.randint(50, 500), "jitter_ms": rng.randint(0, 100)},
+              "reset_peer": lambda: {"after_ms": rng.randint(0, 500)}}.get(toxic, dict)()
+    fault = {"action": "toxic", "service": rng.choice(SERVICES), "toxic": toxic, "params": params, "at": pick.at,
+             "duration": round(rng.uniform(0.5, 3.0), 2)}
+    if rng.random() < 0.4:  # one role's own link only (a partition of that role), else the whole service
+        fault["role"] = rng.choice(list(pick.adapter.roles))
+    return fault

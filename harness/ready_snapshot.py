@@ -1,0 +1,45 @@
+"""What every published ``ready`` result named, as the object store held it when ``ready`` was first seen.
+
+The API observer calls a :class:`ReadySnapshot` the first time it sees an attachment ``ready``, before it records the
+state (so before the runner can pick that job for a republish, a replay or a crash of its consumer): for each object
+key the result names (the API's own ``variants[].key``, no layout assumed) one ``snapshot`` line with the object's
+ETag, version id, size and Last-Modified as a HEAD returns them. ``duplicate_effects`` compares these with the final
+read: a key named by a ready result whose object changed afterwards was rewritten after ready, however soon.
+"""
+
+from __future__ import annotations
+
+from datetime import timezone
+
+
+class ReadySnapshot:
+    def __init__(self, s3_env: dict, history):
+        from .final_state import s3_client
+
+        self.s3 = s3_client(s3_env)
+        self.bucket = s3_env["S3_BUCKET"]
+        self.history = history
+        self.done: set[str] = set()
+
+    def __call__(self, attachment_id: str, body: dict) -> None:
+        if attachment_id in self.done:
+            return
+        self.done.add(attachment_id)
+        for variant in body.get("variants") or []:
+            key = variant.get("key")
+            if not key:
+                continue
+            self.history.append("snapshot", attachment_id=attachment_id, state=body.get("state"), key=key,
+                                variant=variant.get("name"), **self.head(key))
+
+    def head(self, key: str) -> dict:
+        try:
+            response = self.s3.head_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code"))
+            if code in ("NoSuchKey", "404", "NotFound"):
+                return {"exists": False}
+            return {"exists": None, "error": repr(exc)[:200]}
+        return {"exists": True, "etag": response.get("ETag"), "version_id": response.get("VersionId"),
+                "size": response.get("ContentLength"),
+                "last_modified": response["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z")}

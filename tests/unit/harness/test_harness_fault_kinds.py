@@ -1,0 +1,76 @@
+"""The fault-kind registry (chaos/kinds/, one module per scenario fault action): the registry, the scenario schema's
+action enum and the kinds `harness soak` can draw agree; every kind module has its parts; the runner dispatches
+through the registry only."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from chaos import kinds as fault_kinds
+from harness import adapter as adapter_mod
+from harness import soak
+from harness.runner import ScenarioRun
+from harness.schemas import schemas_dir
+
+REFERENCE = adapter_mod.load("reference")
+
+
+def schema_actions() -> set[str]:
+    schema = json.loads((schemas_dir() / "scenario.schema.json").read_text(encoding="utf-8"))
+    return set(schema["properties"]["faults"]["items"]["properties"]["action"]["enum"])
+
+
+def test_registry_schema_and_soak_agree_on_the_fault_actions():
+    registered = set(fault_kinds.REGISTRY)
+    assert registered == schema_actions(), "a kind in chaos/kinds/ needs its action in scenario.schema.json"
+    drawable = {a for a, m in fault_kinds.REGISTRY.items() if hasattr(m, "draw")}
+    assert set(soak.KINDS) == drawable
+    assert drawable == registered, "every fault kind should be drawable by `harness soak` (give it a draw)"
+    assert len(soak.KINDS) == len(set(soak.KINDS))
+    assert set(soak.WEIGHTS) == set(soak.KINDS) and all(w > 0 for w in soak.WEIGHTS.values())
+
+
+def test_every_kind_module_has_its_parts():
+    folder = Path(fault_kinds.__file__).parent
+    files = {p.stem for p in folder.glob("*.py") if not p.stem.startswith("_")}
+    assert files == set(fault_kinds.REGISTRY), "one module per action, named after it"
+    for action, module in fault_kinds.REGISTRY.items():
+        assert module.ACTION == action == module.__name__.rsplit(".", 1)[1]
+        assert callable(module.run)
+        assert module.RECORDS and module.__doc__, f"{action}: say what it does and records"
+        for hook in ("prepare", "heal", "draw", "allowed"):
+            assert getattr(module, hook, None) is None or callable(getattr(module, hook))
+
+
+def test_each_drawn_step_is_of_its_own_kind():
+    rng = random.Random(4242)
+    pick = fault_kinds.Pick(REFERENCE, 1.0, list(REFERENCE.roles), REFERENCE.roles_flagged("consumer"))
+    for action in soak.KINDS:
+        step = fault_kinds.get(action).draw(rng, pick)
+        assert step is not None and step["action"] == action
+
+
+def test_an_unknown_action_fails_in_its_step_not_before_or_in_the_heal():
+    class Ctx:
+        released: list = []
+
+        def _release(self, step):
+            self.released.append(step["index"])
+
+    step = {"action": "no-such-fault", "index": 0}
+    fault_kinds.prepare(Ctx(), step)  # nothing to prepare
+    fault_kinds.heal(Ctx(), step)  # the default heal: release what it held
+    assert Ctx.released == [0]
+    with pytest.raises(ValueError, match="unknown fault action"):
+        fault_kinds.run(Ctx(), step)
+
+
+def test_the_runner_has_no_dispatch_of_its_own():
+    assert not hasattr(ScenarioRun, "_run_step")
+    source = Path(__import__("harness.runner", fromlist=["x"]).__file__).read_text(encoding="utf-8")
+    for action in fault_kinds.REGISTRY:
+        assert f'action == "{action}"' not in source
