@@ -37,8 +37,9 @@ ITEMS: tuple[Item, ...] = (
          "the ack matched against the transaction boundary: an uncommitted delivery is still unacked in the queue", 3,
          ("ack_after_commit", "delivery_accounting")),
     Item("BE-JOB-002.1", "последовательная и конкурентная повторная доставка",
-         "sequential and concurrent redelivery: one ready, one effect per key", 3,
-         ("duplicate_effects",)),
+         "sequential and concurrent redelivery (of a message, or of an upload under one Idempotency-Key): one "
+         "ready, one effect per key", 3,
+         ("duplicate_effects", "upload_idempotency")),
     Item("BE-JOB-002.2", "тест restart между эффектом и подтверждением",
          "a restart between the effect and the ack: the redelivery is a no-op", 3,
          ("duplicate_effects",)),

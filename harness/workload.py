@@ -333,65 +333,45 @@ class Uploader:
         self.timeout = timeout
 
     def upload(self, op: UploadOp, on_accepted=None) -> dict | None:
-        for attempt in range(1, self.retries + 2):
-            op_id = op.op if attempt == 1 else f"{op.op}.r{attempt - 1}"
-            self.history.append("invoke", op=op_id, f="upload", kind=op.kind, sample=op.op, filename=op.filename,
-                                format=op.fmt, size=len(op.data), sha256=op.sha256,
-                                idempotency_key=op.idempotency_key, retry_of=op.op if attempt > 1 else None)
-            try:
-                response = self.client.post(
-                    "/v1/attachments", files={"file": (op.filename, op.data, op.content_type)},
-                    headers={"Idempotency-Key": op.idempotency_key}, timeout=self.timeout)
-            except Exception as exc:  # connection refused/reset, timeout: we cannot know if it was accepted
-                self.history.append("info", op=op_id, f="upload", error=type(exc).__name__, detail=str(exc)[:200])
-                time.sleep(self.retry_delay * attempt)
-                continue
-            body = _json(response)
-            if response.status_code == 202 and isinstance(body, dict) and body.get("attachment_id"):
-                self.history.append("ok", op=op_id, f="upload", status=202, attachment_id=body["attachment_id"],
-                                    job_id=body.get("job_id"))
-                if on_accepted:
-                    on_accepted(body["attachment_id"])
-                return body
-            code = (body or {}).get("error", {}).get("code") if isinstance(body, dict) else None
-            if response.status_code >= 500:
-                self.history.append("info", op=op_id, f="upload", status=response.status_code, error_code=code)
-                time.sleep(self.retry_delay * attempt)
-                continue
-            self.history.append("fail", op=op_id, f="upload", status=response.status_code, error_code=code)
-            return None
-        return None
+        return self._post(op, op.data, "upload", op.op, on_accepted, kind=op.kind, sample=op.op, filename=op.filename,
+                          format=op.fmt, size=len(op.data), sha256=op.sha256, idempotency_key=op.idempotency_key)
 
     def probe(self, op: UploadOp, probe: str, data: bytes, on_accepted=None) -> dict | None:
         """One idempotency probe of ``op`` (its key, ``data`` as the body), retried like an upload on an unknown
         outcome. History: invoke / ok / fail / info with ``f = "idempotency"``."""
-        sha256 = hashlib.sha256(data).hexdigest()
+        return self._post(op, data, "idempotency", f"{op.op}.{probe}", on_accepted, probe=probe, of=op.op,
+                          kind=op.kind, filename=op.filename, size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                          same_bytes=data == op.data, idempotency_key=op.idempotency_key)
+
+    def _post(self, op: UploadOp, data: bytes, f: str, op_id: str, on_accepted, **invoked) -> dict | None:
+        """POST ``data`` under ``op``'s name and Idempotency-Key; an unknown outcome (connection error, timeout,
+        5xx) is retried with the same key, a 4xx is final. The 202 body, or None."""
         for attempt in range(1, self.retries + 2):
-            op_id = f"{op.op}.{probe}" + (f".r{attempt - 1}" if attempt > 1 else "")
-            self.history.append("invoke", op=op_id, f="idempotency", probe=probe, of=op.op, kind=op.kind,
-                                filename=op.filename, size=len(data), sha256=sha256, same_bytes=data == op.data,
-                                idempotency_key=op.idempotency_key)
+            this_id = op_id if attempt == 1 else f"{op_id}.r{attempt - 1}"
+            if f == "upload":
+                invoked["retry_of"] = op.op if attempt > 1 else None
+            self.history.append("invoke", op=this_id, f=f, **invoked)
             try:
                 response = self.client.post(
                     "/v1/attachments", files={"file": (op.filename, data, op.content_type)},
                     headers={"Idempotency-Key": op.idempotency_key}, timeout=self.timeout)
-            except Exception as exc:
-                self.history.append("info", op=op_id, f="idempotency", error=type(exc).__name__, detail=str(exc)[:200])
+            except Exception as exc:  # connection refused/reset, timeout: we cannot know if it was accepted
+                self.history.append("info", op=this_id, f=f, error=type(exc).__name__, detail=str(exc)[:200])
                 time.sleep(self.retry_delay * attempt)
                 continue
             body = _json(response)
             if response.status_code == 202 and isinstance(body, dict) and body.get("attachment_id"):
-                self.history.append("ok", op=op_id, f="idempotency", status=202, attachment_id=body["attachment_id"],
+                self.history.append("ok", op=this_id, f=f, status=202, attachment_id=body["attachment_id"],
                                     job_id=body.get("job_id"))
                 if on_accepted:
                     on_accepted(body["attachment_id"])
                 return body
             code = (body or {}).get("error", {}).get("code") if isinstance(body, dict) else None
             if response.status_code >= 500:
-                self.history.append("info", op=op_id, f="idempotency", status=response.status_code, error_code=code)
+                self.history.append("info", op=this_id, f=f, status=response.status_code, error_code=code)
                 time.sleep(self.retry_delay * attempt)
                 continue
-            self.history.append("fail", op=op_id, f="idempotency", status=response.status_code, error_code=code)
+            self.history.append("fail", op=this_id, f=f, status=response.status_code, error_code=code)
             return None
         return None
 

@@ -118,3 +118,32 @@ def test_fault_durations_scale_with_the_implementations_own_timings():
                             {"lease_seconds": 4})[0]["hold_seconds"] == 5.0
     with pytest.raises(KeyError, match="declares no lease_seconds"):
         resolve_schedule(faults, 1, {})
+
+
+def test_an_unknown_outcome_is_retried_with_the_same_key_and_a_4xx_is_final(tmp_path):
+    import httpx
+
+    answers = iter([httpx.Response(503, json={"error": {"code": "unavailable"}}),
+                    httpx.Response(202, json={"attachment_id": "a-1", "job_id": "j-1"}),
+                    httpx.Response(409, json={"error": {"code": "idempotency_conflict"}})])
+    keys = []
+
+    def answer(request):
+        keys.append(request.headers["Idempotency-Key"])
+        return next(answers)
+
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    client = httpx.Client(transport=httpx.MockTransport(answer), base_url="http://api.test")
+    uploader = workload.Uploader(client, writer, retries=2, retry_delay=0.0)
+    op = workload.plan(11, 1, 0, 0)[0]
+    accepted = []
+    assert uploader.upload(op, on_accepted=accepted.append)["attachment_id"] == "a-1"
+    assert uploader.probe(op, "conflict", op.data + b"x") is None
+    writer.close()
+    lines = [(e["type"], e["op"], e["f"], e.get("status"), e.get("retry_of"))
+             for e in History.load(tmp_path / "history.jsonl").events]
+    assert lines == [("invoke", op.op, "upload", None, None), ("info", op.op, "upload", 503, None),
+                     ("invoke", f"{op.op}.r1", "upload", None, op.op), ("ok", f"{op.op}.r1", "upload", 202, None),
+                     ("invoke", f"{op.op}.conflict", "idempotency", None, None),
+                     ("fail", f"{op.op}.conflict", "idempotency", 409, None)]
+    assert accepted == ["a-1"] and set(keys) == {op.idempotency_key}
