@@ -1,7 +1,9 @@
 """An implementation without failpoints is graded at the five windows by timed SIGKILLs (approximate windows).
 
-The reference, with its failpoint capability switched off in a copy of its adapter, must stay valid: the
-black-box probes must not produce false alarms.
+The reference, with its failpoint capability switched off in a copy of its adapter, must not be found wrong: the
+black-box probes must not produce false alarms. A timed kill counts for its window only with evidence that it hit
+it (fault_coverage), so a kill that landed outside leaves its scenario ``unknown`` — never ``valid`` on a window
+that was not tested, never ``invalid`` for a correct implementation.
 """
 
 from __future__ import annotations
@@ -29,9 +31,13 @@ def test_reference_without_failpoints_is_graded_by_timed_kills(stack, tmp_path):
     assert all(s["exactness"] == "approximate" for s in ran.values())
     skipped = {s["name"]: s["reason"] for s in results["skipped"]}
     assert "adapter lacks failpoints" in skipped["window-s3-commit-failpoint"]
-    bad = {n: [v["summary"] for v in s["verdicts"] if v["status"] != "valid"] or s.get("error")
-           for n, s in ran.items() if s["verdict"] != "valid"}
-    assert results["verdict"] == "valid", bad
+    bad = {n: [(v["invariant"], v["status"], v["summary"]) for v in s["verdicts"] if v["status"] != "valid"]
+           or s.get("error") for n, s in ran.items() if s["verdict"] != "valid"}
+    assert results["verdict"] in ("valid", "unknown"), bad
+    for name, verdicts in bad.items():  # only an unproven hit may keep a window from counting
+        assert verdicts and all(i == "fault_coverage" and st == "unknown" and "no evidence it was hit" in summary
+                                for i, st, summary in verdicts), (name, verdicts)
+    assert any(s["verdict"] == "valid" for s in ran.values()), "no timed kill was seen hitting its window"
 
 
 def test_timed_kill_alone_catches_ack_before_commit(stack, tmp_path):

@@ -82,6 +82,12 @@ CASES = [
     # bytes is accepted (CONTRACT §3).
     ("idempotency_key_ignored", "redelivery-of-ready-job", {"upload_idempotency"}),
 ]
+# A variant the harness cannot judge and must say so: fault_coverage judges the harness (did every scheduled fault
+# happen?), so it is never invalid, but a window that was never entered leaves the scenario unknown, never valid.
+UNKNOWN_CASES = [
+    # The adapter declares failpoints, the worker never reads FAILPOINTS: the armed window is passed through.
+    ("failpoints_ignored", "window-commit-ack-failpoint", {"fault_coverage"}),
+]
 # Scenarios where most jobs end failed with an error_code on purpose: a fault that fails every attempt, or a
 # workload made mostly of poison.
 FAILS_ON_PURPOSE = {"retry-budget-exhausted", "poison-replay"}
@@ -90,6 +96,7 @@ NAMING_KEYS = ("attachment_id", "attachment_ids", "job_id", "marker", "role", "c
 
 
 TEST_NAME = "test_broken_variant_is_graded_invalid_by_its_invariant"
+UNKNOWN_TEST_NAME = "test_a_fault_that_never_happened_leaves_the_scenario_unknown"
 SIDE_BY_SIDE = 2  # variants graded at once on the shared stack, each with its own tenant and proxies
 
 
@@ -111,8 +118,9 @@ def graded(request, stack, tmp_path_factory) -> dict:
     """Every selected variant graded once, two side by side (a scenario that restarts a service runs alone
     first), so the cases below only judge stored results: the suite takes half the time it would one by one."""
     selected = {(item.callspec.params["variant"], item.callspec.params["scenario_name"])
-                for item in request.session.items if getattr(item, "originalname", None) == TEST_NAME}
-    chosen = [case for case in CASES if case[:2] in selected]  # a variant may have a case per scenario
+                for item in request.session.items
+                if getattr(item, "originalname", None) in (TEST_NAME, UNKNOWN_TEST_NAME)}
+    chosen = [case for case in CASES + UNKNOWN_CASES if case[:2] in selected]  # a variant may have several cases
     folder = tmp_path_factory.mktemp("broken")
     alone = [c for c in chosen if runs_alone(scenarios.find(c[1]))]
     out = {c[:2]: grade_variant(stack, folder, c[0], c[1]) for c in alone}
@@ -156,3 +164,20 @@ def test_broken_variant_is_graded_invalid_by_its_invariant(graded, variant, scen
     again = check_run_dir(run_dir, write=False)
     assert [(v["invariant"], v["status"]) for v in again["verdicts"]] == \
         [(v["invariant"], v["status"]) for v in results["verdicts"]]
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("variant, scenario_name, invariants", UNKNOWN_CASES, ids=[c[0] for c in UNKNOWN_CASES])
+def test_a_fault_that_never_happened_leaves_the_scenario_unknown(graded, variant, scenario_name, invariants):
+    if isinstance(graded[variant, scenario_name], Exception):
+        raise graded[variant, scenario_name]
+    results, run_dir, seed = graded[variant, scenario_name]
+    statuses = {v["invariant"]: v for v in results["verdicts"]}
+    assert results["verdict"] == "unknown", {k: v["summary"] for k, v in statuses.items()}
+    assert not [k for k, v in statuses.items() if v["status"] == "invalid"], "nothing else is wrong with it"
+    for name in invariants:
+        verdict = statuses[name]
+        assert verdict["status"] == "unknown" and verdict["seed"] == seed, (name, verdict["summary"])
+        assert any(e.get("fault") is not None for e in verdict["evidence"])  # names the fault that never happened
+    again = check_run_dir(run_dir, write=False)
+    assert again["verdict"] == "unknown"

@@ -9,22 +9,32 @@ from harness import scenarios
 from harness.checkers import CHECKERS
 from harness.schemas import REPO_ROOT
 
-# Checkers no broken implementation can fail, each explained in docs/TRACK-RECORD.md.
+# Checkers that judge the harness and are never invalid, each explained in docs/TRACK-RECORD.md: their broken
+# variant leaves its scenario unknown (UNKNOWN_CASES).
 WITHOUT_VARIANT = {"fault_coverage"}
 
 
-def cases() -> list[tuple[str, str, set[str]]]:
+def broken_variants_module():
     path = REPO_ROOT / "tests" / "integration" / "harness" / "test_harness_broken_variants.py"
     spec = importlib.util.spec_from_file_location("broken_variant_cases", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.CASES
+    return module
+
+
+def cases() -> list[tuple[str, str, set[str]]]:
+    return broken_variants_module().CASES
 
 
 def test_every_checker_has_a_broken_variant_in_ci_or_a_written_reason():
     proven = {name for _, _, invariants in cases() for name in invariants}
     assert set(CHECKERS) - WITHOUT_VARIANT <= proven, sorted(set(CHECKERS) - WITHOUT_VARIANT - proven)
     assert WITHOUT_VARIANT <= set(CHECKERS)
+    unknown = broken_variants_module().UNKNOWN_CASES
+    assert WITHOUT_VARIANT <= {name for _, _, invariants in unknown for name in invariants}
+    readme = (REPO_ROOT / "tests" / "broken" / "README.md").read_text()
+    for variant, scenario, _ in unknown:
+        assert (REPO_ROOT / "tests" / "broken" / variant / "main.py").is_file() and f"`{variant}/`" in readme
 
 
 def test_every_case_names_a_variant_folder_a_catalogue_scenario_and_registered_checkers():
