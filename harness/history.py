@@ -45,7 +45,7 @@ class HistoryWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # append_if_open holds it around append
         self._clock = clock
         self._wall = wall
         self._t0 = clock()
@@ -68,6 +68,14 @@ class HistoryWriter:
         with self._lock:
             if not self._file.closed:
                 self._file.close()
+
+    def append_if_open(self, type_: str, **fields: Any) -> dict | None:
+        """``append`` for a writer that may outlive the run (a watcher thread reaping a role at teardown): after
+        ``close`` the line is dropped instead of raising in that thread."""
+        with self._lock:
+            if self._file.closed:
+                return None
+            return self.append(type_, **fields)
 
     def __enter__(self):
         return self

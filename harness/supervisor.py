@@ -101,8 +101,11 @@ class Supervisor:
         self._monitor.start()
 
     def _record(self, type_: str, **fields) -> None:
-        if self.history is not None:
-            self.history.append(type_, **fields)
+        if self.history is None:
+            return
+        # The watcher thread may reap a role after the run closed its history: drop that line, do not raise.
+        append = getattr(self.history, "append_if_open", self.history.append)
+        append(type_, **fields)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def add(self, name: str, role: str, command: list[str], env: dict[str, str]) -> Instance:

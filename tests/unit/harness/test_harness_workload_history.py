@@ -147,3 +147,13 @@ def test_an_unknown_outcome_is_retried_with_the_same_key_and_a_4xx_is_final(tmp_
                      ("invoke", f"{op.op}.conflict", "idempotency", None, None),
                      ("fail", f"{op.op}.conflict", "idempotency", 409, None)]
     assert accepted == ["a-1"] and set(keys) == {op.idempotency_key}
+
+
+def test_a_line_from_a_thread_that_outlived_the_run_is_dropped_not_raised(tmp_path):
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    assert writer.append_if_open("note", message="before")["seq"] == 1
+    writer.close()
+    assert writer.append_if_open("note", message="after the close") is None
+    with pytest.raises(ValueError):
+        writer.append("note", message="a direct append after the close still fails loudly")
+    assert [e["message"] for e in History.load(tmp_path / "history.jsonl").events] == ["before"]
