@@ -23,19 +23,27 @@ def s3_client(env: dict):
                                       response_checksum_validation="when_required"))
 
 
+def utc_text(moment) -> str:
+    """An object store's timestamp as the history writes it: ISO 8601 in UTC with a ``Z``."""
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def missing_or_error(exc: Exception) -> dict:
+    """A failed GET or HEAD of one object: absent (``exists`` False), or not known (``exists`` None, the error)."""
+    code = str(getattr(exc, "response", {}).get("Error", {}).get("Code"))
+    if code in ("NoSuchKey", "404", "NotFound"):
+        return {"exists": False}
+    return {"exists": None, "error": repr(exc)[:200]}
+
+
 def read_object(s3, bucket: str, key: str) -> dict:
     try:
         response = s3.get_object(Bucket=bucket, Key=key)
-    except s3.exceptions.NoSuchKey:
-        return {"exists": False}
     except Exception as exc:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code")
-        if code in ("NoSuchKey", "404"):
-            return {"exists": False}
-        return {"exists": None, "error": repr(exc)[:200]}
+        return missing_or_error(exc)
     data = response["Body"].read()
     return {"exists": True, "sha256": hashlib.sha256(data).hexdigest(), "size": len(data),
-            "last_modified": response["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z"),
+            "last_modified": utc_text(response["LastModified"]),
             "etag": response.get("ETag"), "version_id": response.get("VersionId")}
 
 
@@ -46,7 +54,7 @@ def list_bucket(s3, bucket: str) -> list[dict]:
         page = s3.list_objects_v2(**kwargs)
         for item in page.get("Contents", []):
             out.append({"key": item["Key"], "size": item["Size"],
-                        "last_modified": item["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z")})
+                        "last_modified": utc_text(item["LastModified"])})
         if not page.get("IsTruncated"):
             return out
         token = page.get("NextContinuationToken")

@@ -18,9 +18,10 @@ import json
 import threading
 import time
 import urllib.parse
-from datetime import timezone
 
 import httpx
+
+from .final_state import utc_text
 
 
 def management_auth(amqp_url: str) -> tuple[str, str]:
@@ -80,7 +81,7 @@ class ObjectWatcher(Poller):
         while True:
             page = self.s3.list_objects_v2(Bucket=self.bucket, **({"ContinuationToken": token} if token else {}))
             for item in page.get("Contents", []):
-                modified = item["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+                modified = utc_text(item["LastModified"])
                 mark = (modified, item["Size"], item.get("ETag"))
                 if self.seen.get(item["Key"]) != mark:
                     self.seen[item["Key"]] = mark

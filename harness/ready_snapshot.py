@@ -9,13 +9,11 @@ read: a key named by a ready result whose object changed afterwards was rewritte
 
 from __future__ import annotations
 
-from datetime import timezone
+from .final_state import missing_or_error, s3_client, utc_text
 
 
 class ReadySnapshot:
     def __init__(self, s3_env: dict, history):
-        from .final_state import s3_client
-
         self.s3 = s3_client(s3_env)
         self.bucket = s3_env["S3_BUCKET"]
         self.history = history
@@ -36,10 +34,6 @@ class ReadySnapshot:
         try:
             response = self.s3.head_object(Bucket=self.bucket, Key=key)
         except Exception as exc:
-            code = str(getattr(exc, "response", {}).get("Error", {}).get("Code"))
-            if code in ("NoSuchKey", "404", "NotFound"):
-                return {"exists": False}
-            return {"exists": None, "error": repr(exc)[:200]}
+            return missing_or_error(exc)
         return {"exists": True, "etag": response.get("ETag"), "version_id": response.get("VersionId"),
-                "size": response.get("ContentLength"),
-                "last_modified": response["LastModified"].astimezone(timezone.utc).isoformat().replace("+00:00", "Z")}
+                "size": response.get("ContentLength"), "last_modified": utc_text(response["LastModified"])}
