@@ -19,7 +19,8 @@ def heal_all(supervisor, toxiproxy, expected_running: set[str], history=None, st
             repaired.append("toxiproxy had toxics or disabled proxies")
         toxiproxy.reset()
     if stack is not None:
-        for service in ("postgres", "rabbitmq", "s3"):
+        names = stack.service_names() if hasattr(stack, "service_names") else ("postgres", "rabbitmq", "s3")
+        for service in names:  # a RabbitMQ cluster's every node among them
             if not stack.alive(service):
                 repaired.append(f"service {service} was down")
                 stack.restart(service)

@@ -87,7 +87,8 @@ class Adapter(SchemaDocument):
 
     @property
     def capabilities(self) -> dict[str, bool]:
-        return {"failpoints": False, "replay": False, "events": True, **(self.raw.get("capabilities") or {})}
+        return {"failpoints": False, "replay": False, "events": True, **(self.raw.get("capabilities") or {}),
+                "versions": bool(self.raw.get("versions"))}  # level 5: the optional [versions] table
 
     def has(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability))
@@ -129,6 +130,15 @@ class Adapter(SchemaDocument):
     @property
     def replay_path(self) -> str:
         return (self.raw.get("admin") or {}).get("replay_path", "/v1/admin/attachments/{id}/replay")
+
+    def version_env(self, version: int) -> dict[str, str]:
+        """Level 5: the environment that makes a consumer instance run pipeline version ``version``."""
+        env = (self.raw.get("versions") or {}).get("consumer_env") or {}
+        return {k: str(v).replace("{version}", str(int(version))) for k, v in env.items()}
+
+    @property
+    def reprocess_path(self) -> str | None:
+        return (self.raw.get("versions") or {}).get("reprocess_path")
 
     def roles_flagged(self, flag: str) -> list[str]:
         return sorted(name for name, role in self.roles.items() if getattr(role, flag))

@@ -1,4 +1,5 @@
-"""The grader's checklist: the seeds' own verification items ("Проверка"), 24 rows over BE-JOB-001…007.
+"""The grader's checklist: the seeds' own verification items ("Проверка"), 24 rows over BE-JOB-001…007, plus three
+level-5 rows (pipeline versions) from the state contract's own sentence.
 
 Each requirement of the seeds ends with a list of what must be tested. Every entry of those lists is one row here,
 with an id like ``BE-JOB-006.2``, the seed's words, their meaning in English, the grade level from which the row is
@@ -55,7 +56,7 @@ ITEMS: tuple[Item, ...] = (
          ("retry_exhaustion",)),
     Item("BE-JOB-003.3", "при наличии изоляции — тест записи и контролируемого replay",
          "what cannot be processed is isolated (dead-lettered) and replayed under control, audited", 4,
-         ("replay_audit", "dead_letter")),
+         ("replay_audit", "dead_letter", "dead_letter_replay")),
     Item("BE-JOB-004.1", "тест перестановки и параллельной доставки",
          "permuted and parallel delivery: order does not matter", 3,
          ("order_independence",)),
@@ -101,6 +102,19 @@ ITEMS: tuple[Item, ...] = (
     Item("BE-JOB-007.4", "проверка индивидуальных подтверждений или устойчивых результатов",
          "each item is acked on its own or its result is durable first (no ack across an unfinished item)", 3,
          ("ack_after_commit",)),
+    # Level 5 (track 5): not a "Проверка" list of the seeds but the state contract's own sentence (seed 000, the
+    # redelivery paragraph): "Конкурентные попытки не перезаписывают более новый pipeline_version. Основной курс
+    # использует pipeline_version=1; версионирование нескольких pipeline — трек 5." Three rows, one per scenario.
+    Item("BE-JOB-002.4", "версионирование нескольких pipeline — трек 5",
+         "roll-out: version-2 consumers beside version 1, an audited idempotent reprocess; both versions ready, "
+         "version 1 readable throughout", 5,
+         ("version_isolation",)),
+    Item("BE-JOB-002.5", "Конкурентные попытки не перезаписывают более новый pipeline_version",
+         "a late version-1 attempt or delivery after version 2 is ready leaves the version-2 result untouched", 5,
+         ("version_isolation",)),
+    Item("BE-JOB-002.6", "Нельзя откатывать ready в processing из-за старого дубля",
+         "rollback to version 1: nothing ready regresses, no newer version's effect is overwritten", 5,
+         ("version_isolation",)),
 )
 
 BY_ID = {item.id: item for item in ITEMS}

@@ -72,8 +72,11 @@ def cmd_run(args) -> int:
     seed = _seed(args.seed)
     print(f"scenario {scenario.name}, implementation {adapter.name}, seed {seed}", flush=True)
     began = time.monotonic()
-    stack = Stack.start(Path(args.stack_dir) if args.stack_dir else None, keep_data=args.keep_data)
-    print(f"stack up in {time.monotonic() - began:.1f}s", flush=True)
+    nodes = scenario.rabbitmq_nodes  # a cluster scenario gets a private cluster of that many nodes
+    stack = Stack.start(Path(args.stack_dir) if args.stack_dir else None, keep_data=args.keep_data,
+                        rabbitmq_nodes=nodes)
+    print(f"stack up in {time.monotonic() - began:.1f}s" + (f" ({nodes} RabbitMQ nodes)" if nodes > 1 else ""),
+          flush=True)
     try:
         run = ScenarioRun(scenario, adapter, stack, seed, args.level, run_dir=args.run_dir, progress=_progress)
         results = run.execute()
@@ -82,6 +85,8 @@ def cmd_run(args) -> int:
     print(f"verdict: {results['verdict'].upper()}  ({run.run_dir})")
     _print_verdict(results)
     print("time: " + ", ".join(f"{k} {v:.1f}s" for k, v in results.get("timings", {}).items()))
+    if results.get("timings_detail"):  # the phases' parts (harness/timing.py)
+        print("parts: " + ", ".join(f"{k} {v:.1f}s" for k, v in results["timings_detail"].items()))
     return EXIT[results["verdict"]]
 
 
@@ -115,6 +120,10 @@ def cmd_grade(args) -> int:
     print("where the time went:")
     for key, value in results["timings"].items():
         print(f"  {key:52} {value:7.1f}s")
+    from .timing import table_lines
+
+    for line in table_lines(results.get("time_went") or {}):  # per phase and part, over every scenario
+        print(f"  {line}")
     print(f"reports: {grade_dir}/summary.md  {grade_dir}/timeline.html  {grade_dir}/junit.xml")
     return EXIT[results["verdict"]]
 
@@ -131,6 +140,16 @@ def cmd_soak(args) -> int:
     try:
         return run_command(args, _progress)
     except SoakError as exc:
+        print(f"harness: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_explore(args) -> int:
+    from .explore import ExploreError, run_command
+
+    try:
+        return run_command(args, _progress)
+    except ExploreError as exc:
         print(f"harness: {exc}", file=sys.stderr)
         return 2
 
@@ -239,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("soak", help="rerun a correct implementation under many seeds, each with a random fault "
                                     "schedule; every invalid is a false alarm: exit 0 none, 1 any, 2 a run error")
     p.add_argument("--sut", required=True, help="adapter file, folder or name (e.g. reference)")
-    p.add_argument("--seeds", type=_positive_int, default=20, help="how many seeds (default 20)")
+    p.add_argument("--seeds", type=_positive_int, default=None,
+                   help="how many seeds, each its own short run (e.g. 20); without it: ONE long run of --uploads "
+                        "uploads at an even rate with faults of every kind spread over it (harness/soak_long.py)")
     p.add_argument("--seed", type=int, help="first seed; the others follow it (S, S+1, ...; default: random, printed)")
     p.add_argument("--uploads", type=_positive_int, default=30, help="uploads per seed, spread over time (default 30)")
     p.add_argument("--nemesis", default="random", choices=["random", "none"],
@@ -251,6 +272,19 @@ def build_parser() -> argparse.ArgumentParser:
                                      "under the current directory)")
     p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
     p.set_defaults(func=cmd_soak)
+
+    p = sub.add_parser("explore", help="Hypothesis draws fault schedules and small workloads, runs each on one "
+                                       "shared stack, shrinks a failing one and prints its `harness run` replay: "
+                                       "exit 1 found, 0 none within the budget, 2 error")
+    p.add_argument("--sut", required=True, help="adapter file, folder or name")
+    p.add_argument("--budget", default="10m", help="wall time of the search and shrink, e.g. 90s, 10m (default 10m)")
+    p.add_argument("--seed", type=int, help="seed of Hypothesis' draws and of every run (default: random, printed)")
+    p.add_argument("--kinds", help="comma-separated fault kinds to draw from (default: every kind the adapter takes)")
+    p.add_argument("--max-faults", type=_positive_int, default=3, help="faults per case at most (default 3)")
+    p.add_argument("--level", type=int, choices=[3, 4, 5])
+    p.add_argument("--reports", help="folder for the explore folder (default: reports/runs under the checkout)")
+    p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
+    p.set_defaults(func=cmd_explore)
 
     p = sub.add_parser("check", help="re-check a stored run (or grade) folder without services")
     p.add_argument("run_dir")
@@ -277,6 +311,12 @@ def build_parser() -> argparse.ArgumentParser:
         add_stack_commands = None
     if add_stack_commands is not None:
         add_stack_commands(sub)
+    try:  # `harness load prefetch|upload` (load/cli.py), when the load package is installed
+        from load.cli import add_load_commands
+    except ImportError:
+        add_load_commands = None
+    if add_load_commands is not None:
+        add_load_commands(sub)
     return parser
 
 

@@ -25,6 +25,9 @@ def add_stack_commands(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--keep-data", action="store_true",
                     help="keep the services' data folder (normally removed by `stack down`) for a post-mortem")
     up.add_argument("--json", action="store_true", help="print the URLs as JSON")
+    up.add_argument("--rabbitmq-nodes", type=int, default=1, choices=range(1, 6), metavar="N",
+                    help="RabbitMQ nodes: 1 (default) or a private cluster of N (quorum queues on every node, "
+                         "Toxiproxy in front of each; AMQP_URLS lists them)")
     mode = up.add_mutually_exclusive_group()
     mode.add_argument("--external", action="store_true",
                       help="start nothing; check DATABASE_URL, AMQP_URL, S3_ENDPOINT_URL from the environment")
@@ -70,8 +73,10 @@ def stack_up(args: argparse.Namespace) -> int:
               "implemented yet (unproven without a Docker engine); use `harness stack up` without --testcontainers",
               file=sys.stderr)
         return 2
-    print("starting PostgreSQL, RabbitMQ, SeaweedFS and Toxiproxy ...", file=sys.stderr)
-    stack = Stack.start(args.run_dir, keep_data=args.keep_data)
+    nodes = int(getattr(args, "rabbitmq_nodes", 1) or 1)
+    print(f"starting PostgreSQL, RabbitMQ{f' ({nodes} nodes)' if nodes > 1 else ''}, SeaweedFS and Toxiproxy ...",
+          file=sys.stderr)
+    stack = Stack.start(args.run_dir, keep_data=args.keep_data, rabbitmq_nodes=nodes)
     CURRENT.parent.mkdir(parents=True, exist_ok=True)
     CURRENT.write_text(str(stack.run_dir))
     info = stack.describe()
@@ -85,6 +90,9 @@ def stack_up(args: argparse.Namespace) -> int:
             for key, url in info[kind].items():
                 print(f"{kind:8} {key:16} {url}")
         print(f"rabbitmq management  {info['rabbitmq_management_url']}  (user harness / harness)")
+        for node in info.get("rabbitmq_nodes", []):
+            print(f"rabbitmq node {node['service']:10} {node['node']}  amqp :{node['amqp_port']}  proxied "
+                  f":{node['proxy_port']}  management {node['management_url']}")
         print(f"toxiproxy api        {info['toxiproxy_api']}")
         print(f"s3 bucket {info['s3_bucket']}  key {info['s3_access_key']}  secret {info['s3_secret_key']}")
         print("stop with: harness stack down")

@@ -60,12 +60,16 @@ def list_bucket(s3, bucket: str) -> list[dict]:
         token = page.get("NextContinuationToken")
 
 
+PARALLEL_FROM = 50  # attachments; a catalogue scenario's few are read one after another, as always
+READERS = 8
+
+
 def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None, events: bool = True) -> dict:
     final = {"read_ok": True, "errors": [], "attachments": {}, "read_at": iso_now()}
     s3 = s3_client(s3_env)
     bucket = s3_env["S3_BUCKET"]
     with httpx.Client(base_url=base_url, timeout=10) as client:
-        for attachment_id in attachment_ids:
+        def read_one(attachment_id: str) -> tuple[dict, str | None]:
             record: dict = {"status": None}
             try:
                 response = client.get(f"/v1/attachments/{attachment_id}")
@@ -74,16 +78,30 @@ def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None,
                 if events and response.status_code == 200:
                     record["events"] = client.get(f"/v1/attachments/{attachment_id}/events").json().get("events", [])
             except Exception as exc:
-                final["read_ok"] = False
-                final["errors"].append(f"{attachment_id}: {exc!r}")
-                final["attachments"][attachment_id] = record
-                continue
+                return record, f"{attachment_id}: {exc!r}"
             objects = {}
             body = record.get("body") or {}
-            for item in [body.get("original") or {}] + list(body.get("variants") or []):
-                if item.get("key"):
+            version_items = [x for v in body.get("versions") or [] if isinstance(v, dict)  # level 5
+                             for x in v.get("variants") or [] if isinstance(x, dict)]
+            for item in [body.get("original") or {}] + list(body.get("variants") or []) + version_items:
+                if item.get("key") and item["key"] not in objects:
                     objects[item["key"]] = read_object(s3, bucket, item["key"])
             record["objects"] = objects
+            return record, None
+
+        # A long run (thousands of attachments, each two GETs and its objects) is read by a few threads; the
+        # records keep the attachments' order either way.
+        if len(attachment_ids) > PARALLEL_FROM:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(READERS) as pool:
+                outcomes = list(pool.map(read_one, attachment_ids))
+        else:
+            outcomes = [read_one(a) for a in attachment_ids]
+        for attachment_id, (record, error) in zip(attachment_ids, outcomes):
+            if error is not None:
+                final["read_ok"] = False
+                final["errors"].append(error)
             final["attachments"][attachment_id] = record
     try:
         final["bucket_objects"] = list_bucket(s3, bucket)

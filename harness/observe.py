@@ -75,6 +75,7 @@ class ObjectWatcher(Poller):
         self.history = history
         self.seen: dict[str, tuple] = {}
         self.lists = 0
+        self.base_interval = interval
 
     def tick(self) -> None:
         token = None
@@ -91,6 +92,9 @@ class ObjectWatcher(Poller):
                 break
             token = page.get("NextContinuationToken")
         self.lists += 1
+        # A bucket of tens of thousands of objects (a long soak) is listed less often (40 000 objects: every 10 s),
+        # so the listing does not take the machine; small runs keep the base interval.
+        self.interval = max(self.base_interval, len(self.seen) / 4000.0)
 
 
 class ApiObserver(Poller):
@@ -100,6 +104,9 @@ class ApiObserver(Poller):
     that is done. The harness's own changes (an operator replay) re-read at once (``poll_one``)."""
 
     QUIET_SECONDS = 1.0
+    # A long run (a soak of thousands of uploads) re-reads its quiet terminal attachments at most this many per
+    # second in all (their re-read period grows with their number): N × duration reads, not one each per second.
+    QUIET_READS_PER_SECOND = 50.0
 
     def __init__(self, base_url: str, history, interval: float = 0.1, events: bool = True):
         super().__init__("api-observer", interval)
@@ -107,6 +114,7 @@ class ApiObserver(Poller):
         self.history = history
         self.events = events
         self._ids: list[str] = []
+        self._known: set[str] = set()
         self._lock = threading.Lock()
         self._poll_lock = threading.Lock()
         self.states: dict[str, str] = {}
@@ -114,10 +122,15 @@ class ApiObserver(Poller):
         self.first_seen: dict[str, dict[str, float]] = {}  # attachment -> state -> wall when first observed
         self.next_read: dict[str, float] = {}  # attachment -> monotonic time of its next read by tick()
         self.on_ready = None  # called (attachment_id, body) when an attachment is first seen ready (ReadySnapshot)
+        # Level 5: called (attachment_id, pipeline_version, variants) when a version of ``versions[]`` is first
+        # seen ready; ``versions`` lines record each change of that list.
+        self.on_version_ready = None
+        self.versions_seen: dict[str, str] = {}
 
     def watch(self, attachment_id: str) -> None:
         with self._lock:
-            if attachment_id not in self._ids:
+            if attachment_id not in self._known:  # a set: a 10 000-upload run is not quadratic here
+                self._known.add(attachment_id)
                 self._ids.append(attachment_id)
 
     @property
@@ -154,6 +167,8 @@ class ApiObserver(Poller):
             self.first_seen.setdefault(attachment_id, {}).setdefault(state, time.time())
             self.history.append("state", attachment_id=attachment_id, state=state, attempt=body.get("attempt"),
                                 error_code=body.get("error_code"))
+        if isinstance(body.get("versions"), list):
+            changed = self._record_versions(attachment_id, body) or changed
         if self.events:
             response = self.client.get(f"/v1/attachments/{attachment_id}/events")
             if response.status_code != 200:
@@ -167,10 +182,39 @@ class ApiObserver(Poller):
                 self.history.append("transition", attachment_id=attachment_id, event_seq=event.get("seq"),
                                     at_server=event.get("at"), attempt=event.get("attempt"),
                                     actor=event.get("actor"), reason=event.get("reason"),
-                                    **{"from": event.get("from"), "to": event.get("to")})
+                                    **{"from": event.get("from"), "to": event.get("to")},
+                                    **({"pipeline_version": event["pipeline_version"]}
+                                       if event.get("pipeline_version") is not None else {}))
                 self.first_seen.setdefault(attachment_id, {}).setdefault(event.get("to"), time.time())
         quiet = state in ("ready", "failed") and not changed
-        self.next_read[attachment_id] = time.monotonic() + (self.QUIET_SECONDS if quiet else 0.0)
+        quiet_period = max(self.QUIET_SECONDS, len(self._known) / self.QUIET_READS_PER_SECOND)
+        # Unchanged and not terminal: read again at once in a small run; in a long one (a backlog of thousands)
+        # spread so that the reads of every pending attachment stay near 4 × QUIET_READS_PER_SECOND a second.
+        waiting = 0.0 if len(self._known) <= 50 or changed else len(self._known) / (4 * self.QUIET_READS_PER_SECOND)
+        self.next_read[attachment_id] = time.monotonic() + (quiet_period if quiet else waiting)
+
+    def _record_versions(self, attachment_id: str, body: dict) -> bool:
+        """Level 5 (docs/CONTRACT.md): one ``versions`` line per change of the attachment's ``versions[]`` (each
+        version's state and the keys and checksums it names), with the version GET serves at that moment."""
+        versions = [{"pipeline_version": v.get("pipeline_version"), "state": v.get("state"),
+                     "variants": [{"name": x.get("name"), "key": x.get("key"), "sha256": x.get("sha256")}
+                                  for x in v.get("variants") or []]}
+                    for v in body["versions"] if isinstance(v, dict)]
+        if self.on_version_ready is not None:
+            for v in versions:
+                if v["state"] == "ready":
+                    try:
+                        self.on_version_ready(attachment_id, v["pipeline_version"], v["variants"])
+                    except Exception as exc:
+                        self.history.append("note", message="snapshot of a ready version failed",
+                                            error=repr(exc)[:200], attachment_id=attachment_id)
+        summary = json.dumps([versions, body.get("pipeline_version"), body.get("state")], sort_keys=True)
+        if summary == self.versions_seen.get(attachment_id):
+            return False
+        self.versions_seen[attachment_id] = summary
+        self.history.append("versions", attachment_id=attachment_id, served_version=body.get("pipeline_version"),
+                            served_state=body.get("state"), versions=versions)
+        return True
 
     def count_in(self, *states: str) -> int:
         return sum(1 for s in self.states.values() if s in states)
@@ -180,12 +224,64 @@ class ApiObserver(Poller):
         self.client.close()
 
 
-class Management:
-    """The few RabbitMQ management API calls the harness needs, for one vhost."""
+class FailoverClient:
+    """The httpx.Client calls Management makes, over a RabbitMQ cluster's management APIs (one per node): a request
+    that cannot reach a node (killed, restarting) goes to the next, which then stays the current one."""
 
-    def __init__(self, management_url: str, amqp_url: str, timeout: float = 5):
+    def __init__(self, urls, **options):
+        self.clients = [httpx.Client(base_url=url, **options) for url in urls]
+        self.current = 0
+
+    def request(self, method: str, url: str, **options) -> httpx.Response:
+        error: Exception | None = None
+        for step in range(len(self.clients)):
+            index = (self.current + step) % len(self.clients)
+            try:
+                response = self.clients[index].request(method, url, **options)
+            except httpx.TransportError as exc:
+                error = exc
+                continue
+            if response.status_code == 503 and step < len(self.clients) - 1:  # a node still booting
+                continue
+            self.current = index
+            return response
+        raise error or httpx.ConnectError("no RabbitMQ node answered")
+
+    def get(self, url: str, **options) -> httpx.Response:
+        return self.request("GET", url, **options)
+
+    def put(self, url: str, **options) -> httpx.Response:
+        return self.request("PUT", url, **options)
+
+    def post(self, url: str, **options) -> httpx.Response:
+        return self.request("POST", url, **options)
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+class Management:
+    """The few RabbitMQ management API calls the harness needs, for one vhost. With ``management_urls`` (a
+    cluster's every node) a call goes to whichever node answers, and the firehose is turned on at every node (it
+    is per node: a node traces only what passes through it)."""
+
+    def __init__(self, management_url: str, amqp_url: str, timeout: float = 5, management_urls=()):
         self.vhost = vhost_of(amqp_url)
-        self.client = httpx.Client(base_url=management_url, auth=management_auth(amqp_url), timeout=timeout)
+        self.urls = list(management_urls) or [management_url]
+        options = {"auth": management_auth(amqp_url), "timeout": timeout}
+        self.client = (FailoverClient(self.urls, **options) if len(self.urls) > 1
+                       else httpx.Client(base_url=management_url, **options))
+
+    @property
+    def clustered(self) -> bool:
+        return len(self.urls) > 1
+
+    def _each_node(self, method: str, path: str, **options) -> list[httpx.Response | None]:
+        """The same call on every node (None for a node that did not answer: down, or restarting)."""
+        if not self.clustered:
+            return [self.client.request(method, path, **options)]
+        return [_try(client, method, path, **options) for client in self.client.clients]
 
     def _q(self, name: str) -> str:
         return f"{urllib.parse.quote(self.vhost, safe='')}/{urllib.parse.quote(name, safe='')}"
@@ -197,8 +293,10 @@ class Management:
         return self.client.get(f"/api/queues/{self._q(queue)}").status_code == 200
 
     def declare_queue(self, queue: str) -> None:
+        # On a cluster a quorum queue: a classic one lives on one node, and is gone while that node is down.
+        kind = "quorum" if self.clustered else "classic"
         response = self.client.put(f"/api/queues/{self._q(queue)}", json={"durable": True, "auto_delete": False,
-                                                                         "arguments": {"x-queue-type": "classic"}})
+                                                                         "arguments": {"x-queue-type": kind}})
         response.raise_for_status()
 
     def queue_bindings(self, queue: str) -> list[dict] | None:
@@ -217,14 +315,42 @@ class Management:
 
     def enable_tracing(self) -> None:
         """Turn on the vhost's firehose (amq.rabbitmq.trace): the only view of default-exchange publishes."""
-        response = self.client.put(f"/api/vhosts/{self._vq()}", json={"tracing": True})
-        response.raise_for_status()
+        answers = [r for r in self._each_node("PUT", f"/api/vhosts/{self._vq()}", json={"tracing": True}) if r]
+        if not answers:
+            raise httpx.ConnectError("no RabbitMQ node answered to turn the firehose on")
+        for response in answers:
+            response.raise_for_status()
 
     def tracing_on(self) -> bool:
-        """Whether the vhost's firehose is on (a broker restart turns it off)."""
-        response = self.client.get(f"/api/vhosts/{self._vq()}")
+        """Whether the vhost's firehose is on (a broker restart turns it off) — at every node that answers (a
+        node that is down traces nothing and turns it off when it comes back: the next look turns it on again)."""
+        answers = [r for r in self._each_node("GET", f"/api/vhosts/{self._vq()}") if r is not None]
+        for response in answers:
+            response.raise_for_status()
+        return bool(answers) and all(bool(r.json().get("tracing")) for r in answers)
+
+    def connections_by_node(self) -> dict[str, int]:
+        """The vhost's client connections per node, the harness's own probes left out (management statistics: they
+        lag by a moment)."""
+        response = self.client.get(f"/api/vhosts/{self._vq()}/connections")
         response.raise_for_status()
-        return bool(response.json().get("tracing"))
+        counts: dict[str, int] = {}
+        for c in response.json():
+            name = str((c.get("client_properties") or {}).get("connection_name") or "")
+            if name.startswith(HARNESS_CONNECTION):
+                continue
+            counts[str(c.get("node"))] = counts.get(str(c.get("node")), 0) + 1
+        return counts
+
+    def queue_leader(self, queue: str) -> dict | None:
+        """A quorum queue's leader node and members (None when the queue or the field is not there)."""
+        response = self.client.get(f"/api/queues/{self._q(queue)}")
+        if response.status_code != 200:
+            return None
+        body = response.json()
+        if not body.get("leader"):
+            return None
+        return {"leader": body.get("leader"), "members": body.get("members") or [], "online": body.get("online") or []}
 
     def get(self, queue: str, count: int = 100, requeue: bool = False) -> list[dict]:
         response = self.client.post(f"/api/queues/{self._q(queue)}/get", json={
@@ -254,6 +380,13 @@ class Management:
         self.client.close()
 
 
+def _try(client, method: str, path: str, **options):
+    try:
+        return client.request(method, path, **options)
+    except httpx.TransportError:
+        return None
+
+
 def payload_bytes(message: dict) -> bytes:
     """The exact bytes of a message read through the management API (``encoding: auto`` gives text or base64)."""
     raw = message.get("payload", "")
@@ -273,6 +406,9 @@ def decode_payload(message: dict) -> tuple[dict | None, str]:
     return (body if isinstance(body, dict) else None), raw
 
 
+HARNESS_CONNECTION = "harness-probe"
+
+
 def amqp_queue_depth(amqp_url: str, queue: str, timeout: float = 5.0) -> dict | None:
     """Exact, real-time ready-message and consumer counts by a passive declare (the management API's counts
     lag by its statistics interval and may even be stale after draining). None if the queue is unreachable."""
@@ -281,7 +417,9 @@ def amqp_queue_depth(amqp_url: str, queue: str, timeout: float = 5.0) -> dict | 
     import aio_pika
 
     async def probe():
-        connection = await aio_pika.connect(amqp_url, timeout=timeout)
+        # Named, so a count of the implementation's own connections can leave the harness's probes out.
+        connection = await aio_pika.connect(amqp_url, timeout=timeout,
+                                            client_properties={"connection_name": HARNESS_CONNECTION})
         try:
             channel = await connection.channel()
             declared = await channel.declare_queue(queue, passive=True)

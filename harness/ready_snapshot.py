@@ -28,7 +28,20 @@ class ReadySnapshot:
             if not key:
                 continue
             self.history.append("snapshot", attachment_id=attachment_id, state=body.get("state"), key=key,
-                                variant=variant.get("name"), **self.head(key))
+                                variant=variant.get("name"), pipeline_version=body.get("pipeline_version"),
+                                **self.head(key))
+
+    def version_ready(self, attachment_id: str, version, variants: list) -> None:
+        """Level 5: the objects of one pipeline version's result when that version is first seen ready (the API's
+        ``versions[]``), as ``version_snapshot`` lines; ``version_isolation`` compares them with the final read."""
+        if (attachment_id, version) in self.done:
+            return
+        self.done.add((attachment_id, version))
+        for variant in variants or []:
+            key = variant.get("key")
+            if key:
+                self.history.append("version_snapshot", attachment_id=attachment_id, pipeline_version=version,
+                                    key=key, variant=variant.get("name"), **self.head(key))
 
     def head(self, key: str) -> dict:
         try:

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -28,12 +27,13 @@ import httpx
 from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
 from chaos import kinds as fault_kinds
 
-from . import checkers, clock, metrics, workload
+from . import checkers, clock, metrics, tenants_ahead, timing, workload
 from .final_state import read_final, staging_retention_wait
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
 from .observe import ApiObserver, ConsumerSampler, Management, ObjectWatcher, Tap, amqp_queue_depth, decode_payload
 from .paths import reports_dir
+from .stack.ports import listener_port
 from .supervisor import Supervisor
 
 REPORTS_DIR = reports_dir()  # reports/runs under the checkout, else under the current directory
@@ -41,9 +41,8 @@ TERMINAL = ("ready", "failed")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for a role's listener: below the ephemeral range, so no proxy or connection takes it first."""
+    return listener_port()
 
 
 def with_port(url: str, port: int) -> str:
@@ -155,7 +154,8 @@ class ScenarioRun:
                 if retention_wait:  # staged originals of tries that got no 202 outlive their retention first
                     self.history.append("note", message="final read waits out the staging retention",
                                         seconds=round(retention_wait, 2))
-                    self.stopping.wait(retention_wait)
+                    with timing.split(self, "retention_wait"):
+                        self.stopping.wait(retention_wait)
                 self._read_metrics()
                 final = read_final(self.base_url, self._attachment_ids(), self.env_direct, self.tap,
                                    events=self.adapter.has("events"))
@@ -164,7 +164,8 @@ class ScenarioRun:
                     final.setdefault("queues", {})["work"] = work
                     self.history.append("queue", queue=self.adapter.broker["work_queue"], dead_letter=False,
                                         final=True, **work)
-                self._count_left_after_consumers_stop()
+                with timing.split(self, "consumers_stop_count"):
+                    self._count_left_after_consumers_stop()
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             self.log(f"run error: {error}")
@@ -183,6 +184,7 @@ class ScenarioRun:
         run["timings"]["check"] = round(time.monotonic() - began, 3)
         (self.run_dir / "run.json").write_text(json.dumps(run, indent=1, sort_keys=True, default=str))
         results["timings"] = run["timings"]
+        results["timings_detail"] = run.get("timings_detail", {})
         write_scenario_reports(self.run_dir, results)
         return results
 
@@ -199,6 +201,7 @@ class ScenarioRun:
             "schedule_fingerprint": schedule_fingerprint(self.schedule),
             "window_hits": self.window_hits,
             "timings": dict(self.timings),
+            "timings_detail": dict(getattr(self, "timings_detail", {})),  # the phases' parts (harness/timing.py)
             "error": error,
             "started_at": datetime.fromtimestamp(time.time() - (time.monotonic() - self.t0), timezone.utc).isoformat(),
         }
@@ -208,8 +211,10 @@ class ScenarioRun:
         # Unique per run: two grades with the same seed on one stack (grade-many, a rerun) never share a tenant.
         tenant_name = f"h{self.seed % 100000}-{uuid.uuid4().hex[:6]}-{self.scenario.name[:20]}"
         # Its own Toxiproxy proxies: a cut or a toxic of this run reaches only its roles, so runs can share a stack.
-        self.tenant = self.stack.new_tenant(tenant_name, private_proxies=True)
-        self.toxiproxy = self.stack.tenant_toxiproxy(self.tenant)
+        # A grade may have made it ahead while the previous scenario drained (harness/tenants_ahead.py).
+        with timing.split(self, "tenant"):
+            self.tenant = tenants_ahead.take_or_make(self, tenant_name)
+            self.toxiproxy = self.stack.tenant_toxiproxy(self.tenant)
         self.port = int(self.adapter.http["port"]) or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         # A scenario's [timings] (e.g. a short job TTL) reach the roles through the adapter's [timings_env].
@@ -221,7 +226,8 @@ class ScenarioRun:
                   "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": "", "TMPDIR": self.role_tmp}
         common.pop("VIRTUAL_ENV", None)
         self.env = {**common, **self.tenant.env(proxied=True)}
-        self.role_links = self._role_links()
+        with timing.split(self, "tenant"):  # a role's own proxies are the tenant's too
+            self.role_links = self._role_links()
         self.skew = clock.resolve(self.scenario.raw.get("clock_skew") or [], self.adapter,
                                   self.scenario.raw.get("windows") or [], self.timings_in_effect)
         self.zones = clock.resolve_tz(self.scenario.raw.get("clock_skew") or [], self.adapter,
@@ -231,21 +237,24 @@ class ScenarioRun:
         self.env_direct = self.tenant.env(proxied=False)
         setup = self.adapter.setup
         if setup:
-            command = self.adapter.resolve_command(setup["command"])
-            self.log(f"setup: {' '.join(command)}")
-            (self.run_dir / "logs").mkdir(exist_ok=True)
-            with open(self.run_dir / "logs" / "setup.log", "wb") as log:
-                done = subprocess.run(command, env={**self.env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
-                                      stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
-                                      start_new_session=True)
-            if done.returncode != 0:
-                raise RuntimeError(f"setup command exited {done.returncode}; see logs/setup.log")
+            with timing.split(self, "setup_command"):
+                command = self.adapter.resolve_command(setup["command"])
+                self.log(f"setup: {' '.join(command)}")
+                (self.run_dir / "logs").mkdir(exist_ok=True)
+                with open(self.run_dir / "logs" / "setup.log", "wb") as log:
+                    done = subprocess.run(command, env={**self.env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
+                                          stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
+                                          start_new_session=True)
+                if done.returncode != 0:
+                    raise RuntimeError(f"setup command exited {done.returncode}; see logs/setup.log")
         broker = self.adapter.broker
-        self.management = Management(self.tenant.rabbitmq_management_url, self.tenant.direct.amqp_url)
+        self.management = Management(self.tenant.rabbitmq_management_url, self.tenant.direct.amqp_url,
+                                     management_urls=getattr(self.tenant, "rabbitmq_management_urls", ()))
         self.tap = Tap(self.management, self.history, broker["work_queue"], broker.get("dead_letter_queue"))
-        self.tap.prepare()
-        # Every delivery from the work queue is traced for the whole run (delivery_accounting, ack_after_commit).
-        self.tap.trace_deliveries()
+        with timing.split(self, "tap_prepare"):
+            self.tap.prepare()
+            # Every delivery from the work queue is traced for the whole run (delivery_accounting, ack_after_commit).
+            self.tap.trace_deliveries()
 
     def _start_roles(self) -> None:
         self.supervisor = Supervisor(self.run_dir, self.history, on_exit=self._on_exit)
@@ -264,26 +273,34 @@ class ScenarioRun:
         # release.
         for step in self.schedule:
             fault_kinds.prepare(self, step)
-        for name in self.supervisor.instances:
-            if name not in self.held:
-                self.supervisor.start(name, self._first_start_env(name))
-        self._wait_healthy()
-        self._verify_skew()
+        with timing.split(self, "role_spawn"):
+            for name in self.supervisor.instances:
+                if name not in self.held:
+                    self.supervisor.start(name, self._first_start_env(name))
+        with timing.split(self, "role_healthy"):
+            self._wait_healthy()
+            self._verify_skew()
         # The topology may be declared by the roles at start, so the tap mirrors it only now (and keeps it in
         # sync); a work queue that only a held consumer declares appears later and is picked up then.
-        self.tap.wait_for_topology(float(self.adapter.http.get("startup_timeout_seconds", 30)) / 3)
-        self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
-        from .ready_snapshot import ReadySnapshot
+        with timing.split(self, "topology"):
+            self.tap.wait_for_topology(float(self.adapter.http.get("startup_timeout_seconds", 30)) / 3)
+        self._start_observers()
 
-        self.observer.on_ready = ReadySnapshot(self.env_direct, self.history)  # duplicate_effects' before-image
-        self.observer.start()
-        if self.scenario.raw.get("watch_objects"):
-            self.objects = ObjectWatcher(self.env_direct, self.history)
-            self.history.append("phase", name="object_watch_start", bucket=self.objects.bucket)
-            self.objects.start()
-        if self.scenario.raw.get("exactness") == "approximate":
-            self.tap.trace_deliveries()  # a timed kill's evidence of its window: redeliveries (fault_coverage)
-        self.tap.start()
+    def _start_observers(self) -> None:
+        with timing.split(self, "observers"):
+            self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
+            from .ready_snapshot import ReadySnapshot
+
+            self.observer.on_ready = ReadySnapshot(self.env_direct, self.history)  # duplicate_effects' before-image
+            self.observer.on_version_ready = self.observer.on_ready.version_ready  # level 5: version_isolation's
+            self.observer.start()
+            if self.scenario.raw.get("watch_objects"):
+                self.objects = ObjectWatcher(self.env_direct, self.history)
+                self.history.append("phase", name="object_watch_start", bucket=self.objects.bucket)
+                self.objects.start()
+            if self.scenario.raw.get("exactness") == "approximate":
+                self.tap.trace_deliveries()  # a timed kill's evidence of its window: redeliveries (fault_coverage)
+            self.tap.start()
 
     def _metrics_env(self, instance: str, role: str) -> dict[str, str]:
         """The listener variables of an instance of a role that serves /metrics besides the HTTP role (adapter
@@ -322,6 +339,8 @@ class ScenarioRun:
                     continue
                 port = self.stack.role_proxy(self.tenant, role, step["service"])
                 links.setdefault(role, {})[var] = with_port(self.env[var], port)
+                if var == "AMQP_URL" and self.env.get("AMQP_URLS"):  # a cluster: this role's one link, no list
+                    links[role]["AMQP_URLS"] = links[role][var]
         if links:
             self.toxiproxy = self.stack.tenant_toxiproxy(self.tenant)
         return links
@@ -482,11 +501,15 @@ class ScenarioRun:
         nemesis = threading.Thread(target=self._nemesis, name="nemesis", daemon=True)
         nemesis.start()
         spacing = float(w.get("spacing_seconds", 0.1))
+        paced = bool(w.get("paced", False))
         self.log(f"workload: {len(self.ops)} uploads (seed {self.seed}), {len(self.schedule)} faults")
 
         def one(indexed):
             index, op = indexed
-            if self.stopping.wait(spacing * index):
+            wait = spacing * index
+            if paced:  # an even rate: upload i at spacing × i after the start, whichever thread sends it
+                wait = max(0.0, self.workload_started + spacing * index - time.monotonic())
+            if self.stopping.wait(wait):
                 return  # aborted: the rest of the workload is not sent
             uploader.upload(op, on_accepted=self.observer.watch)
 
@@ -496,7 +519,8 @@ class ScenarioRun:
                                     int(w.get("conflicting_keys", 0)), on_accepted=self.observer.watch)
         self.workload_done.set()
         self.log(f"workload done: {len(self.observer.ids)} accepted of {len(self.ops)}")
-        nemesis.join(float(self.scenario.raw.get("nemesis_timeout_seconds", 90)))
+        with timing.split(self, "faults_after_workload"):  # the nemesis's steps still under way
+            nemesis.join(float(self.scenario.raw.get("nemesis_timeout_seconds", 90)))
         client.close()
 
     # --- nemesis --------------------------------------------------------------------------------
@@ -637,6 +661,7 @@ class ScenarioRun:
                 last_report = time.monotonic()
                 self.log(f"draining: {len(pending)} of {len(states)} not terminal")
             time.sleep(0.2)
+        timing.add(self, "drain_wait", time.monotonic() - began)
         deadline = time.monotonic() + budget
         # The work queue must empty too: counted exactly over AMQP, not from the lagging management statistics.
         queue_deadline = min(deadline, time.monotonic() + 10)
@@ -645,9 +670,11 @@ class ScenarioRun:
             if not depth.get("ready"):
                 break
             time.sleep(0.3)
+        timing.add(self, "queue_wait", time.monotonic() - deadline + budget)
         self._stop_sampler()  # the backlog is gone: nothing left to bound
         settle = float(self.scenario.raw.get("settle_seconds", 0.5))
-        time.sleep(settle)
+        with timing.split(self, "settle"):  # lets what a fault set off after the last terminal state show
+            time.sleep(settle)
         self.observer.tick()
         self.tap.drain_once()
         states = [self.observer.states.get(a) for a in self.observer.ids]
@@ -722,7 +749,9 @@ class ScenarioRun:
             self.history.append("phase", name="object_watch_end", lists=self.objects.lists, errors=self.objects.errors,
                                 last_error=self.objects.last_error)
         if self.supervisor is not None:
-            self.supervisor.stop_all()
+            with timing.split(self, "role_stop"):
+                self.supervisor.stop_all()
+        teardown_began = time.monotonic()
         if getattr(self, "role_tmp", None):
             shutil.rmtree(self.role_tmp, ignore_errors=True)
         if self.tenant is not None:
@@ -730,6 +759,7 @@ class ScenarioRun:
                 self.stack.close_tenant(self.tenant)
             except Exception as exc:
                 self.history.append("note", message="removing the run's proxies failed", error=repr(exc))
+        timing.add(self, "teardown", time.monotonic() - teardown_began)
 
 
 def check_run_dir(run_dir: Path, write: bool = True) -> dict:
@@ -757,6 +787,7 @@ def check_run_dir(run_dir: Path, write: bool = True) -> dict:
         "verdicts": [v.to_dict() for v in verdicts],
         "window_hits": run.get("window_hits", []),
         "timings": run.get("timings", {}),
+        "timings_detail": run.get("timings_detail", {}),
         "history_lines": len(history),
         "reproduce": f"harness run {run['scenario']['name']} --seed {run['seed']} --sut {run['adapter'].get('path') or run['adapter']['name']} --level {run['level']}",
     }

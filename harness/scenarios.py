@@ -35,6 +35,11 @@ class Scenario(SchemaDocument):
         return list(self.raw.get("requires") or [])
 
     @property
+    def rabbitmq_nodes(self) -> int:
+        """RabbitMQ nodes the scenario needs: more than one is a cluster, which `harness run` starts for it."""
+        return int(self.raw.get("rabbitmq_nodes") or 1)
+
+    @property
     def in_grade(self) -> bool:
         return bool(self.raw.get("grade", True))
 
@@ -86,7 +91,8 @@ def select(scenarios, *, level: int | None = None, requirement: str | None = Non
     return out
 
 
-def for_grade(scenarios, adapter, level: int) -> tuple[list[Scenario], list[tuple[Scenario, str]]]:
+def for_grade(scenarios, adapter, level: int,
+              rabbitmq_nodes: int = 1) -> tuple[list[Scenario], list[tuple[Scenario, str]]]:
     """The scenarios a grade at ``level`` runs for ``adapter``, and the ones skipped with the reason.
 
     A scenario needing a capability the adapter lacks is skipped; its ``fallback_for`` twin (timed SIGKILL
@@ -100,6 +106,10 @@ def for_grade(scenarios, adapter, level: int) -> tuple[list[Scenario], list[tupl
             continue
         if s.level > level:
             skipped.append((s, f"proves level {s.level} > {level}"))
+            continue
+        if s.rabbitmq_nodes > rabbitmq_nodes:
+            skipped.append((s, f"needs a {s.rabbitmq_nodes}-node RabbitMQ cluster; the grade's stack has "
+                               f"{rabbitmq_nodes} (run it with `harness run {s.name}`, which starts one)"))
             continue
         lacking = [c for c in s.requires if not adapter.has(c)]
         if lacking:

@@ -6,6 +6,8 @@
     reference worker             job consumer
     reference sweeper            lease recovery and staging cleanup
     reference replay ID --reason TEXT [--operator NAME]
+    reference dlq list [--limit N]
+    reference dlq replay (--message-id K | --job-id ID | --dead-reason TEXT | --older-than S | --all) --reason TEXT
 
 Long-running roles exit 0 on SIGTERM after a graceful shutdown of at most
 SHUTDOWN_GRACE_SECONDS.
@@ -37,7 +39,7 @@ def _settings(role: str) -> Settings:
 
 def cmd_migrate(_: argparse.Namespace) -> int:
     settings = _settings("migrate")
-    from reference import topology
+    from reference import brokers, topology
     from reference.db.migrate import upgrade_head
     from reference.storage import ObjectStore
 
@@ -50,7 +52,7 @@ def cmd_migrate(_: argparse.Namespace) -> int:
             async def declare() -> None:
                 import aio_pika
 
-                connection = await aio_pika.connect(settings.amqp_url, timeout=5)
+                connection = await brokers.connect(settings, timeout=5)
                 async with connection:
                     channel = await connection.channel()
                     await topology.declare(channel, topology.config_from_settings(settings))
@@ -147,6 +149,72 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return asyncio.run(main())
 
 
+def cmd_reprocess(args: argparse.Namespace) -> int:
+    """Level 5: a job for another pipeline version of an attachment (audited, idempotent); like `replay`, the
+    database credentials are the authority here (the HTTP endpoint needs OPERATOR_TOKEN)."""
+    settings = _settings("reprocess")
+    from reference.db.pool import connect
+    from reference.reprocess import ReprocessRefused, reprocess
+
+    try:
+        attachment_id = uuid.UUID(args.attachment_id)
+    except ValueError:
+        print(json.dumps({"error": {"code": "invalid_id", "message": "not a UUID"}}))
+        return 2
+
+    async def main() -> int:
+        conn = await connect(settings, "reference-reprocess")
+        async with conn:
+            try:
+                done = await reprocess(conn, attachment_id, pipeline_version=args.pipeline_version,
+                                       reason=args.reason, operator=args.operator, variants=settings.variants,
+                                       ttl_seconds=settings.job_ttl_seconds)
+            except ReprocessRefused as exc:
+                print(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
+                return 1
+        print(json.dumps({"attachment_id": str(done.attachment_id), "job_id": str(done.job_id),
+                          "pipeline_version": done.pipeline_version, "attempt": done.attempt, "state": done.state,
+                          "created": done.created}))
+        return 0
+
+    return asyncio.run(main())
+
+
+def cmd_dlq_list(args: argparse.Namespace) -> int:
+    settings = _settings("dlq")
+    from reference import dlq
+
+    print(json.dumps(asyncio.run(dlq.list_letters(settings.amqp_url, args.limit)), indent=2, default=str))
+    return 0
+
+
+def cmd_dlq_replay(args: argparse.Namespace) -> int:
+    settings = _settings("dlq")
+    from reference import dlq
+
+    selector = dlq.Selector(message_keys=set(args.message_id or []), job_ids=set(args.job_id or []),
+                            dead_reason=args.dead_reason, older_than_seconds=args.older_than,
+                            everything=args.all, limit=args.limit)
+    for job_id in selector.job_ids:
+        try:
+            uuid.UUID(job_id)
+        except ValueError:
+            print(json.dumps({"error": {"code": "invalid_id", "message": f"{job_id}: not a UUID"}}))
+            return 2
+
+    async def work(pool):
+        return await dlq.replay_letters(settings.amqp_url, pool, selector, operator=args.operator,
+                                        reason=args.reason, ttl_seconds=settings.job_ttl_seconds)
+
+    try:
+        done = asyncio.run(dlq.run_with_pool(settings, work))
+    except dlq.DlqRefused as exc:
+        print(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
+        return 1
+    print(json.dumps(done, indent=2, default=str))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="reference", description="Reference attachment pipeline")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -160,6 +228,27 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--reason", required=True)
     replay.add_argument("--operator", default=None, help="who replays (default: the login name)")
     replay.set_defaults(func=cmd_replay)
+    dlq = commands.add_parser("dlq", help="the dead-letter queue: list, replay (audited, idempotent)")
+    dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
+    dlq_list = dlq_commands.add_parser("list", help="what is in the dead-letter queue (nothing is consumed)")
+    dlq_list.add_argument("--limit", type=int, default=100)
+    dlq_list.set_defaults(func=cmd_dlq_list)
+    dlq_replay = dlq_commands.add_parser("replay", help="replay dead letters by message id, job id or filter")
+    dlq_replay.add_argument("--message-id", action="append", help="a dead letter's message key (repeatable)")
+    dlq_replay.add_argument("--job-id", action="append", help="the dead letters of a job (repeatable)")
+    dlq_replay.add_argument("--dead-reason", help="letters whose dead-letter reason contains this text")
+    dlq_replay.add_argument("--older-than", type=float, help="letters first dead at least this many seconds ago")
+    dlq_replay.add_argument("--all", action="store_true", help="every dead letter")
+    dlq_replay.add_argument("--limit", type=int, default=1000, help="dead letters looked at, at most")
+    dlq_replay.add_argument("--reason", required=True, help="why (audited)")
+    dlq_replay.add_argument("--operator", default=None, help="who replays (default: the login name)")
+    dlq_replay.set_defaults(func=cmd_dlq_replay)
+    again = commands.add_parser("reprocess", help="level 5: process an attachment for another pipeline version")
+    again.add_argument("attachment_id")
+    again.add_argument("--pipeline-version", type=int, required=True, dest="pipeline_version")
+    again.add_argument("--reason", required=True)
+    again.add_argument("--operator", default=None, help="who asks (default: the login name)")
+    again.set_defaults(func=cmd_reprocess)
     return parser
 
 

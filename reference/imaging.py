@@ -9,6 +9,7 @@ and Pillow build: the same effect key always gets the same bytes.
 from __future__ import annotations
 
 import io
+import math
 import multiprocessing
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -20,6 +21,15 @@ THUMBNAIL_BOX = (256, 256)
 CROP_SIZE = (512, 512)
 OPTIMIZED_MAX_SIDE = 2048
 WEBP_QUALITY = 80
+# WebP method per variant, chosen from the measured size/quality/CPU table in reference/README.md ("Render cost"):
+# the cheapest method whose output is no larger than method 4's on the benchmark photos, at an SSIM to the unencoded
+# variant within 0.002 of method 4's. The large "optimized" variant is ~80 % of the render's CPU at method 4.
+WEBP_METHODS = {"thumbnail": 4, "crop": 2, "optimized": 1}
+# Draft rule: a JPEG is decoded at a DCT scale (1/2, 1/4, 1/8) only when every requested variant keeps at least
+# DRAFT_GAP source pixels per output pixel after it, so the final LANCZOS resize is still a real reduction; with
+# 1.25 every variant must be at most 1/2.5 of the original side (a 6000x4000 photo: decoded at 1/2, 2.3x less CPU,
+# SSIM to the full decode's unencoded variants unchanged; measured in reference/README.md "Render cost").
+DRAFT_GAP = 1.25
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,48 @@ def make_pool(workers: int, limits: Limits) -> ProcessPoolExecutor:
     )
 
 
-def _load(data: bytes, limits: Limits) -> Image.Image:
+def _fit_within(size: tuple[int, int], box: tuple[int, int]) -> tuple[int, int]:
+    """The size Pillow's ``Image.thumbnail`` gives an image of ``size`` for ``box`` (its aspect rounding), computed
+    from the original size so that a draft-decoded image renders the same variant dimensions."""
+    width, height = size
+    x, y = min(box[0], width), min(box[1], height)
+    if x >= width and y >= height:
+        return size
+    aspect = width / height
+
+    def round_aspect(number: float, key) -> int:
+        return max(min(math.floor(number), math.ceil(number), key=key), 1)
+
+    if x / y >= aspect:
+        x = round_aspect(y * aspect, key=lambda n: abs(aspect - n / y))
+    else:
+        y = round_aspect(x / aspect, key=lambda n: 0 if n == 0 else abs(aspect - x / n))
+    return x, y
+
+
+def _needed_fraction(size: tuple[int, int], variants) -> float:
+    """The largest output/source side ratio over the variants (EXIF rotation-invariant: every box is square)."""
+    long_side, short_side = max(size), min(size)
+    fractions = {"thumbnail": min(1.0, THUMBNAIL_BOX[0] / long_side),
+                 "crop": min(CROP_SIZE[0], short_side) / short_side,
+                 "optimized": min(1.0, OPTIMIZED_MAX_SIDE / long_side)}
+    return max(fractions[name] for name in variants)
+
+
+def draft_request(size: tuple[int, int], variants) -> tuple[int, int] | None:
+    """The size to ask ``Image.draft`` for, or None when some variant is not much smaller than the original."""
+    if not variants:
+        return None
+    fraction = _needed_fraction(size, variants) * DRAFT_GAP
+    request = (math.ceil(size[0] * fraction), math.ceil(size[1] * fraction))
+    if size[0] // request[0] < 2 or size[1] // request[1] < 2:
+        return None
+    return request
+
+
+def _load(data: bytes, limits: Limits, variants=(), draft: bool = True) -> tuple[Image.Image, tuple[int, int]]:
+    """Decode (in draft mode when :func:`draft_request` allows it) and apply EXIF orientation; returns the image and
+    the original's size after orientation, from which every variant's dimensions are computed."""
     try:
         image = Image.open(io.BytesIO(data))
         width, height = image.size
@@ -92,8 +143,14 @@ def _load(data: bytes, limits: Limits) -> Image.Image:
         if frames > limits.max_frames:
             raise ImageRejected("too_many_frames", f"{frames} frames")
         image.seek(0)
+        request = draft_request((width, height), variants) if draft and image.format == "JPEG" else None
+        if request is not None:
+            image.draft(None, request)  # limits were checked on the header's full size above
         image.load()
+        orientation = image.getexif().get(0x0112) if request is not None else None
         image = ImageOps.exif_transpose(image)
+        # Orientations 5-8 swap the sides (what exif_transpose reads); without a draft the image is the original.
+        original = image.size if request is None else (height, width) if orientation in (5, 6, 7, 8) else (width, height)
     except ImageRejected:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
@@ -101,33 +158,37 @@ def _load(data: bytes, limits: Limits) -> Image.Image:
     except Exception as exc:  # Pillow signals bad data with many exception types
         raise ImageRejected("decode_failed", f"{type(exc).__name__}: {str(exc)[:200]}") from None
     has_alpha = image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info)
-    return image.convert("RGBA" if has_alpha else "RGB")
+    return image.convert("RGBA" if has_alpha else "RGB"), original
 
 
-def _encode(name: str, image: Image.Image) -> RenderedVariant:
+def _encode(name: str, image: Image.Image, method: int) -> RenderedVariant:
     buffer = io.BytesIO()
     # No exif/icc/xmp passed to save(): metadata is stripped on output.
-    image.save(buffer, format="WEBP", quality=WEBP_QUALITY, method=4)
+    image.save(buffer, format="WEBP", quality=WEBP_QUALITY, method=method)
     return RenderedVariant(name, buffer.getvalue(), "image/webp", "webp", image.width, image.height)
 
 
-def _thumbnail(image: Image.Image) -> Image.Image:
-    copy = image.copy()
-    copy.thumbnail(THUMBNAIL_BOX, Image.Resampling.LANCZOS)
-    return copy
+def _shrink(image: Image.Image, original: tuple[int, int], box: tuple[int, int]) -> Image.Image:
+    # What Image.thumbnail does on a loaded image (resize with reducing_gap=2.0), sized from the original.
+    target = _fit_within(original, box)
+    if target == image.size:
+        return image.copy()
+    return image.resize(target, Image.Resampling.LANCZOS, reducing_gap=2.0)
 
 
-def _crop(image: Image.Image) -> Image.Image:
-    side = min(CROP_SIZE[0], image.width, image.height)
+def _thumbnail(image: Image.Image, original: tuple[int, int]) -> Image.Image:
+    return _shrink(image, original, THUMBNAIL_BOX)
+
+
+def _crop(image: Image.Image, original: tuple[int, int]) -> Image.Image:
+    side = min(CROP_SIZE[0], *original)
     return ImageOps.fit(image, (side, side), Image.Resampling.LANCZOS)
 
 
-def _optimized(image: Image.Image) -> Image.Image:
-    if max(image.size) <= OPTIMIZED_MAX_SIDE:
+def _optimized(image: Image.Image, original: tuple[int, int]) -> Image.Image:
+    if max(original) <= OPTIMIZED_MAX_SIDE:
         return image
-    copy = image.copy()
-    copy.thumbnail((OPTIMIZED_MAX_SIDE, OPTIMIZED_MAX_SIDE), Image.Resampling.LANCZOS)
-    return copy
+    return _shrink(image, original, (OPTIMIZED_MAX_SIDE, OPTIMIZED_MAX_SIDE))
 
 
 RENDERERS = {"thumbnail": _thumbnail, "crop": _crop, "optimized": _optimized}
@@ -141,14 +202,17 @@ def warm_up(limits: Limits) -> int:
     return len(render_variants(buffer.getvalue(), tuple(RENDERERS), limits))
 
 
-def render_variants(data: bytes, variants: tuple[str, ...] | list[str], limits: Limits) -> list[RenderedVariant]:
-    """Decode ``data`` once and render every requested variant (pool entry point)."""
+def render_variants(data: bytes, variants: tuple[str, ...] | list[str], limits: Limits, *,
+                    methods: dict[str, int] | None = None, draft: bool = True) -> list[RenderedVariant]:
+    """Decode ``data`` once and render every requested variant (pool entry point). ``methods`` and ``draft``
+    override the chosen settings (the benchmark renders with today's and the previous ones side by side)."""
     unknown = [v for v in variants if v not in RENDERERS]
     if unknown:
         raise ImageRejected("unknown_variant", ",".join(unknown))
-    image = _load(data, limits)
+    image, original = _load(data, limits, variants, draft)
+    methods = WEBP_METHODS if methods is None else methods
     try:
-        return [_encode(name, RENDERERS[name](image)) for name in variants]
+        return [_encode(name, RENDERERS[name](image, original), methods[name]) for name in variants]
     except ImageRejected:
         raise
     except MemoryError:

@@ -15,7 +15,29 @@ JOBS = Counter(
     "(ready, retried, failed, expired, noop_ready, noop_terminal, stale, busy, poison, fenced, lease_lost, deferred)",
     ["outcome"],
 )
-JOBS_EXPIRED = Counter("reference_jobs_expired_total", "Jobs that reached their expires_at before their effect")
+# BE-JOB-005: expiry has a metric of its own, on every role that can expire a job. Labels: ``role`` (worker,
+# sweeper) and ``where`` the deadline was found passed: ``claim`` (the worker's claim of a job already past it),
+# ``processing`` (passed while the worker fetched or rendered), ``commit`` (the fenced commit refused it),
+# ``sweeper`` (a queued job nobody claimed in time, expired by the sweeper). Each expired job counts once.
+EXPIRED = Counter("attachments_expired", "Jobs that reached their expires_at before their effect, by role and where",
+                  ["role", "where"])
+EXPIRED_WHERE = ("claim", "processing", "commit", "sweeper")
+
+
+def count_expired(role: str, where: str, n: int = 1) -> None:
+    """Count ``n`` jobs that ended expired (``attachments_expired_total{role,where}``)."""
+    if n:
+        EXPIRED.labels(role, where).inc(n)
+
+
+class _WorkerExpiredShim:
+    """Old name kept for callers not yet moved to count_expired: counts as the worker's."""
+
+    def inc(self, n: int = 1, where: str = "processing") -> None:
+        count_expired("worker", where, n)
+
+
+JOBS_EXPIRED = _WorkerExpiredShim()
 JOB_SECONDS = Histogram("reference_job_seconds", "Claim-to-commit time of a job",
                         buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 IN_FLIGHT = Gauge("reference_worker_in_flight", "Deliveries being processed by this worker")

@@ -22,7 +22,7 @@ import aio_pika
 import psycopg
 from pamqp.commands import Basic
 
-from reference import metrics, topology
+from reference import brokers, metrics, topology
 from reference.backoff import FullJitterBackoff, reconnect_delays
 from reference.db.pool import connect
 from reference.db.queries import queries
@@ -67,7 +67,7 @@ class Relay:
             work = await connect(self.settings, "reference-relay")
             listen = await connect(self.settings, "reference-relay-listen")
             await listen.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            amqp = await aio_pika.connect(self.settings.amqp_url, timeout=self.settings.db_connect_timeout_seconds,
+            amqp = await brokers.connect(self.settings, timeout=self.settings.db_connect_timeout_seconds,
                                           heartbeat=self.settings.heartbeat_seconds,
                                           client_properties={"connection_name": "reference-relay"})
             channel = await amqp.channel(publisher_confirms=True, on_return_raises=True)
@@ -137,7 +137,9 @@ class Relay:
                     messages.append((row, build_message(row)))
                 except InvalidMessage as exc:
                     unpublishable.append((row, exc))
-            outcomes = await asyncio.gather(*(self._publish(exchange, message) for _, message in messages),
+            outcomes = await asyncio.gather(*(self._publish(exchange, message,
+                                                            topology.routing_key_for(row["pipeline_version"]))
+                                              for row, message in messages),
                                             return_exceptions=True)
             confirmed, refused = [], []
             for (row, _), outcome in zip(messages, outcomes):
@@ -183,8 +185,10 @@ class Relay:
             log.error("outbox row %s of job %s attempt %s can never be published (%s): row settled, "
                       "the job is not queued at that attempt", row["id"], row["job_id"], row["attempt"], exc)
 
-    async def _publish(self, exchange, message: aio_pika.Message) -> bool:
-        result = await exchange.publish(message, topology.ROUTING_KEY, mandatory=True,
+    async def _publish(self, exchange, message: aio_pika.Message, routing_key: str = topology.ROUTING_KEY) -> bool:
+        # Level 5: a version's own routing key. Mandatory: a version whose queue no consumer has declared yet is
+        # returned (refused) and its row deferred with backoff, never dropped.
+        result = await exchange.publish(message, routing_key, mandatory=True,
                                         timeout=PUBLISH_TIMEOUT_SECONDS)
         if not isinstance(result, Basic.Ack):
             raise aio_pika.exceptions.DeliveryError(None, result)

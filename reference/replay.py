@@ -37,7 +37,7 @@ async def replay(conn, attachment_id: uuid.UUID, *, reason: str, operator: str, 
     if row is not None:
         REPLAYS.labels("accepted").inc()
         return Replayed(row["attachment_id"], row["job_id"], row["attempt"])
-    cursor = await conn.execute(queries().get_attachment, {"attachment_id": attachment_id})
+    cursor = await conn.execute(queries().get_attachment, {"attachment_id": attachment_id, "max_version": None})
     current = await cursor.fetchone()
     REPLAYS.labels("refused").inc()
     if current is None:

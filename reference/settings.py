@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 VARIANTS_BY_LEVEL: dict[int, tuple[str, ...]] = {
     3: ("thumbnail",),
     4: ("thumbnail", "crop", "optimized"),
+    5: ("thumbnail", "crop", "optimized"),  # level 5 adds pipeline versions, not variants
 }
 
 
@@ -32,6 +33,8 @@ class Settings(BaseSettings):
     # --- services (DESIGN §4) ---
     database_url: str = "postgresql://postgres@127.0.0.1:5432/postgres"
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    # A RabbitMQ cluster: every node's URL, comma-separated (reference/brokers.py fails over between them).
+    amqp_urls: str = ""
     s3_endpoint_url: str = "http://127.0.0.1:8333"
     s3_bucket: str = "attachments"
     s3_access_key: str = ""
@@ -43,8 +46,11 @@ class Settings(BaseSettings):
     operator_token: str = ""
 
     # --- pipeline shape ---
-    level: int = 4  # 3 → [thumbnail]; 4 → [thumbnail, crop, optimized]
+    level: int = 4  # 3 → [thumbnail]; 4 and 5 → [thumbnail, crop, optimized]
     pipeline_version: int = Field(1, ge=1, le=1000)
+    # Level 5 (docs/CONTRACT.md): GET serves the newest ready version at or below this cap (unset: no cap).
+    # A rollback that must stop serving a newer version's results sets it on the API; nothing is deleted.
+    served_pipeline_version_max: int | None = Field(None, ge=1, le=1000)
 
     # --- lease and fencing (DESIGN §7: 30 s renewed every 10 s) ---
     lease_seconds: float = Field(30.0, gt=0)
@@ -67,6 +73,11 @@ class Settings(BaseSettings):
     # --- worker flow control (prefetch = free worker slots) ---
     worker_concurrency: int = Field(default_factory=lambda: 2 * available_cores(), ge=1, le=1024)
     prefetch: int | None = Field(None, ge=1, le=65535)
+    # Batch consumer (BE-JOB-007): up to this many deliveries are taken together, each still claimed, committed
+    # and acked on its own; 1 = one delivery at a time. A batch is dispatched when full, when nothing more can
+    # arrive (the prefetch window is taken), or this long after its first delivery.
+    worker_batch_size: int = Field(1, ge=1, le=1024)
+    worker_batch_wait_ms: float = Field(20.0, ge=0, le=60_000)
     image_workers: int = Field(default_factory=available_cores, ge=1, le=256)
     decode_timeout_seconds: float = Field(60.0, gt=0)
 
@@ -114,7 +125,7 @@ class Settings(BaseSettings):
     @classmethod
     def _known_level(cls, value: int) -> int:
         if value not in VARIANTS_BY_LEVEL:
-            raise ValueError("LEVEL must be 3 or 4")
+            raise ValueError("LEVEL must be 3, 4 or 5")
         return value
 
     @field_validator("failpoints")
@@ -131,6 +142,15 @@ class Settings(BaseSettings):
             self.lease_renew_seconds = self.lease_seconds / 3
         if self.lease_renew_seconds >= self.lease_seconds:
             raise ValueError("LEASE_RENEW_SECONDS must be shorter than LEASE_SECONDS")
+        return self
+
+    @model_validator(mode="after")
+    def _batch_fits_prefetch(self) -> "Settings":
+        if self.worker_batch_size > self.effective_prefetch:
+            raise ValueError(
+                f"WORKER_BATCH_SIZE ({self.worker_batch_size}) must not exceed the prefetch "
+                f"({self.effective_prefetch}: PREFETCH, or WORKER_CONCURRENCY when PREFETCH is unset): a batch "
+                f"larger than the deliveries the broker may hand out at once never fills; raise PREFETCH")
         return self
 
     @property

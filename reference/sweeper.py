@@ -7,15 +7,17 @@ Recovery, every SWEEP_INTERVAL_SECONDS:
 1. processing jobs whose lease expired (worker died or paused) → queued as a
    new attempt with a new outbox row, so the relay republishes (or failed when
    the attempt budget is spent);
-2. queued jobs whose message is gone get a new outbox row (safety net for a
+2. queued jobs past their deadline → failed with error_code ``expired`` (BE-JOB-005), counted on
+   ``attachments_expired_total{role="sweeper",where="sweeper"}``;
+3. queued jobs whose message is gone get a new outbox row (safety net for a
    message lost at the broker: dead-lettered, purged). A message that merely
    waits in the work queue is not lost: the net acts only while the work queue
    holds no ready message at all (asked of the broker with a passive declare),
    and only for jobs published at least STALE_QUEUED_SECONDS ago. A backlog
    behind held or slow consumers therefore never gets a second copy per job;
-3. failed jobs older than FAILED_RETENTION_SECONDS release their original
+4. failed jobs older than FAILED_RETENTION_SECONDS release their original
    (its key is doomed in staged_uploads);
-4. idempotency keys and published outbox rows past their retention are pruned.
+5. idempotency keys and published outbox rows past their retention are pruned.
 
 Staging cleanup, in its own loop: every object the API stages has a row in
 ``staged_uploads`` written BEFORE the PUT and dated by the database's clock;
@@ -33,7 +35,7 @@ import logging
 
 import aio_pika
 
-from reference import metrics, topology
+from reference import brokers, metrics, topology
 from reference.db.pool import open_pool
 from reference.db.queries import queries
 from reference.runtime import sleep_or_stop
@@ -54,6 +56,10 @@ class Sweeper:
         self._last_prune = float("-inf")
         self._blind = False  # the last lease recovery could not reach the database (see _expire_leases)
         self._grace_until = float("-inf")
+        # The database's last answer (loop time), and how long without one counts as an outage of our own: longer
+        # than a sweep interval plus a worker's renew period means a worker may have missed a renewal for it too.
+        self._last_contact: float | None = None
+        self._out_of_touch_after = settings.sweep_interval_seconds + settings.lease_renew_seconds
         # Staging cleanup costs what is due; it runs often enough that an orphan outlives its retention by
         # at most a fraction of it (tests and the fault harness use retentions of seconds).
         self.staging_sweep_every = max(0.2, min(settings.sweep_interval_seconds,
@@ -82,6 +88,7 @@ class Sweeper:
         """One recovery sweep (leases, lost messages, failed retention, pruning); never touches the store."""
         counts = {
             "leases_expired": await self._expire_leases(),
+            "queued_expired": await self._expire_queued(),
             "queued_republished": await self._republish_lost(),
             "originals_released": await self._repeat(queries().release_failed_originals, {
                 "batch": BATCH, "retention_seconds": self.settings.failed_retention_seconds}),
@@ -109,17 +116,26 @@ class Sweeper:
         because its worker could not reach it to renew. That worker is given LEASE_OUTAGE_GRACE leases after
         the database came back to revive its lease (worker: renew_lease revives a lapsed lease nobody
         recovered), so an outage does not spend the job's attempts. A dead worker's job is recovered that much
-        later, only after an outage."""
+        later, only after an outage.
+
+        An outage is what the sweeper itself saw: a failed database call, or no database answer for longer than
+        a sweep interval plus a renew period — a pool that waits the cut out raises nothing, and the first
+        statement after it would otherwise recover every lease the cut let lapse. The probe comes first, so a
+        wait for a connection is seen before anything is recovered."""
         loop = asyncio.get_running_loop()
         try:
-            if self._blind:
-                async with self.db.connection() as conn:
-                    await conn.execute(queries().db_now)
+            async with self.db.connection() as conn:
+                await conn.execute(queries().db_now)
+            now = loop.time()
+            silent = None if self._last_contact is None else now - self._last_contact
+            self._last_contact = now
+            if self._blind or (silent is not None and silent > self._out_of_touch_after):
                 self._blind = False
-                self._grace_until = loop.time() + LEASE_OUTAGE_GRACE * self.settings.lease_seconds
-                log.info("database reachable again: lease recovery waits %.1fs for cut-off workers to renew",
-                         self._grace_until - loop.time())
-            if loop.time() < self._grace_until:
+                self._grace_until = now + LEASE_OUTAGE_GRACE * self.settings.lease_seconds
+                log.info("database reachable again%s: lease recovery waits %.1fs for cut-off workers to renew",
+                         "" if silent is None else f" after {silent:.1f}s without an answer",
+                         self._grace_until - now)
+            if now < self._grace_until:
                 return 0
             return await self._repeat(queries().expire_leases, {
                 "batch": BATCH, "max_attempts": self.settings.max_attempts,
@@ -129,46 +145,66 @@ class Sweeper:
             self._blind = True
             raise
 
+    async def _expire_queued(self) -> int:
+        """Queued jobs past their deadline (database clock) end failed/expired here, not only when a worker
+        happens to claim them (BE-JOB-005): a backlog behind held or absent consumers expires on time. Counted
+        on ``attachments_expired_total{role="sweeper",where="sweeper"}``, once per job (the statement moves each
+        job once; a worker's later claim finds it terminal)."""
+        expired = await self._repeat(queries().expire_queued_jobs, {"batch": BATCH, "actor": "sweeper"})
+        metrics.count_expired("sweeper", "sweeper", expired)
+        return expired
+
     async def _repeat(self, sql: str, params: dict) -> int:
         total = 0
         while True:
             async with self.db.connection() as conn:
                 cursor = await conn.execute(sql, params)
                 rows = await cursor.fetchall()
+            self._last_contact = asyncio.get_running_loop().time()
             total += len(rows)
             if len(rows) < params["batch"]:
                 return total
 
     # --- lost messages ----------------------------------------------------------------------------
     async def _republish_lost(self) -> int:
-        """Republish queued jobs whose message is gone — only while the work queue holds no ready message.
+        """Republish queued jobs whose message is gone — per pipeline version, only while that version's queue
+        holds no ready message.
 
         A ready message in the queue may be any stale job's own: republishing then only adds a copy per job per
         period behind a held consumer (the queue grows to its max length and new uploads back off). With no
-        ready message, a queued job published long ago has nothing waiting for it. Broker unreachable: skip."""
-        ready = await self._work_queue_ready()
-        if ready is None or ready > 0:
-            return 0
-        return await self._repeat(queries().republish_stale_queued, {
-            "batch": BATCH, "stale_seconds": self.settings.stale_queued_seconds})
+        ready message, a queued job published long ago has nothing waiting for it. Each version has its own queue
+        (level 5), so one version's backlog never hides another's lost message, and a version without workers
+        is not fed a copy per period. Broker unreachable: skip."""
+        stale = {"stale_seconds": self.settings.stale_queued_seconds}
+        async with self.db.connection() as conn:
+            versions = [row["pipeline_version"] for row in
+                        await (await conn.execute(queries().stale_queued_versions, stale)).fetchall()]
+        total = 0
+        for version in versions:
+            ready = await self._work_queue_ready(topology.queue_for(version))
+            if ready is None or ready > 0:
+                continue
+            total += await self._repeat(queries().republish_stale_queued,
+                                        {"batch": BATCH, "pipeline_version": version, **stale})
+        return total
 
-    async def _work_queue_ready(self) -> int | None:
+    async def _work_queue_ready(self, queue_name: str) -> int | None:
         try:
             if self._amqp is None or self._amqp.is_closed:
                 await self._close_amqp()
-                self._amqp = await aio_pika.connect(
-                    self.settings.amqp_url, timeout=self.settings.db_connect_timeout_seconds,
+                self._amqp = await brokers.connect(
+                    self.settings, timeout=self.settings.db_connect_timeout_seconds,
                     heartbeat=self.settings.heartbeat_seconds,
                     client_properties={"connection_name": "reference-sweeper"})
             channel = await self._amqp.channel()
             try:
-                queue = await channel.declare_queue(topology.QUEUE, passive=True)
+                queue = await channel.declare_queue(queue_name, passive=True)
                 return int(queue.declaration_result.message_count)
             finally:
                 if not channel.is_closed:
                     await channel.close()
         except Exception as exc:  # no broker, no queue yet: nothing can be republished now anyway
-            log.info("work queue depth unknown (%s: %s); lost-message check skipped", type(exc).__name__, exc)
+            log.info("depth of %s unknown (%s: %s); lost-message check skipped", queue_name, type(exc).__name__, exc)
             await self._close_amqp()
             return None
 

@@ -38,6 +38,24 @@ class TopologyConfig:
         return {"x-queue-type": "quorum", "x-message-ttl": self.dead_letter_ttl_seconds * 1000}
 
 
+def routing_key_for(pipeline_version: int) -> str:
+    """Level 5: each pipeline version has its own routing key and queue; version 1 keeps the original names."""
+    return ROUTING_KEY if int(pipeline_version) == 1 else f"{ROUTING_KEY}.v{int(pipeline_version)}"
+
+
+def queue_for(pipeline_version: int) -> str:
+    return QUEUE if int(pipeline_version) == 1 else f"{QUEUE}.v{int(pipeline_version)}"
+
+
+async def declare_version(channel: aio_pika.abc.AbstractChannel, config: TopologyConfig, pipeline_version: int):
+    """The queue of one pipeline version (>= 2), bound to the work exchange with its own routing key; the same
+    arguments as the version-1 queue (quorum, delivery limit, dead-lettering). Returns the queue."""
+    exchange = await channel.declare_exchange(EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
+    queue = await channel.declare_queue(queue_for(pipeline_version), durable=True, arguments=config.queue_arguments())
+    await queue.bind(exchange, routing_key_for(pipeline_version))
+    return queue
+
+
 async def declare(channel: aio_pika.abc.AbstractChannel, config: TopologyConfig) -> None:
     exchange = await channel.declare_exchange(EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
     dlx = await channel.declare_exchange(DEAD_LETTER_EXCHANGE, aio_pika.ExchangeType.FANOUT, durable=True)

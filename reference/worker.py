@@ -20,13 +20,15 @@ import json
 import logging
 import time
 import uuid
+from datetime import datetime, timezone
 
 import aio_pika
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from reference import imaging, metrics, topology
+from reference import brokers, imaging, metrics, topology
 from reference.backoff import AttemptBudget, FullJitterBackoff, reconnect_delays
+from reference.batching import BatchAssembler
 from reference.db.pool import open_pool
 from reference.db.queries import queries
 from reference.failpoints import FailpointError, Failpoints
@@ -185,6 +187,11 @@ class Worker:
         self.db: AsyncConnectionPool | None = None
         self.stop = asyncio.Event()
         self.dead_letter_exchange = None
+        self.work_channel = None
+        # Batch mode (WORKER_BATCH_SIZE > 1): one assembler per broker session; deliveries dispatched in batches
+        # and not finished yet (they hold prefetch credit, so a batch that cannot grow is dispatched at once).
+        self._assemblers: dict = {}
+        self._batch_in_flight = 0
 
     # ----------------------------------------------------------- lifecycle
 
@@ -195,8 +202,9 @@ class Worker:
             max_workers=self.settings.worker_concurrency * 2 + 4, thread_name_prefix="worker-io"))
         self.db = await open_pool(self.settings, self.identity, min_size=1,
                                   max_size=self.settings.worker_concurrency + 2)
-        log.info("worker %s: concurrency=%d prefetch=%d image_workers=%d variants from DB", self.identity,
-                 self.settings.worker_concurrency, self.settings.effective_prefetch, self.settings.image_workers)
+        log.info("worker %s: concurrency=%d prefetch=%d image_workers=%d batch=%d (wait %gms) variants from DB",
+                 self.identity, self.settings.worker_concurrency, self.settings.effective_prefetch,
+                 self.settings.image_workers, self.settings.worker_batch_size, self.settings.worker_batch_wait_ms)
         delays = reconnect_delays()
         try:
             while not stop.is_set():
@@ -220,7 +228,7 @@ class Worker:
         closed, the channel closed by the broker (e.g. a consumer timeout), or the consumer cancelled by the broker
         (e.g. its queue deleted). Any of these ends the session, and ``run`` opens a new one; a session that merely
         looks connected while nothing is delivered never lingers."""
-        connection = await aio_pika.connect(self.settings.amqp_url, timeout=self.settings.db_connect_timeout_seconds,
+        connection = await brokers.connect(self.settings, timeout=self.settings.db_connect_timeout_seconds,
                                             heartbeat=self.settings.heartbeat_seconds,
                                             client_properties={"connection_name": self.identity})
         session = _Session()
@@ -233,13 +241,18 @@ class Worker:
             await channel.set_qos(prefetch_count=self.settings.effective_prefetch)
             await topology.declare(channel, topology.config_from_settings(self.settings))
             self.dead_letter_exchange = await channel.get_exchange(topology.DEAD_LETTER_EXCHANGE, ensure=False)
-            queue = await channel.get_queue(topology.QUEUE, ensure=False)
+            # Level 5: a worker consumes its own pipeline version's queue only (version 1: the original one).
+            version = self.settings.pipeline_version
+            if version != 1:
+                await topology.declare_version(channel, topology.config_from_settings(self.settings), version)
+            self.work_channel = channel
+            queue = await channel.get_queue(topology.queue_for(version), ensure=False)
             # One process-wide bound on deliveries in flight, across sessions: deliveries of an earlier session
             # still being processed count against it, so this session takes none before they are done.
             if not await self._wait_for_earlier_sessions(stop, session):
                 return True
             consumer_tag = await queue.consume(functools.partial(self._on_message, session=session), no_ack=False)
-            log.info("consuming %s", topology.QUEUE)
+            log.info("consuming %s (pipeline version %d)", topology.queue_for(version), version)
             while not (stop.is_set() or session.ended.is_set()):
                 if connection.is_closed or channel.is_closed:  # belt and braces: a close with no callback
                     session.end("channel or connection found closed")
@@ -257,6 +270,9 @@ class Worker:
             return True
         finally:
             session.end("session closed")
+            # A batch still filling is gone with the channel (the broker returns its deliveries); its timer finds
+            # the session ended and settles nothing.
+            self._assemblers.pop(session, None)
             try:
                 await asyncio.wait_for(connection.close(), 2.0)
             except Exception:
@@ -288,9 +304,56 @@ class Worker:
 
     async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage,
                           session: "_Session | None" = None) -> None:
-        task = asyncio.create_task(self._deliver(message, session))
+        if self.settings.worker_batch_size > 1:
+            self._add_to_batch(message, session)
+            return
+        self._spawn(self._deliver(message, session))
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.create_task(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    # ----------------------------------------------------------- batch mode (BE-JOB-007)
+
+    def _add_to_batch(self, message, session: "_Session | None") -> None:
+        """Batch mode: deliveries are dispatched together (reference/batching.py says when), and each item then
+        runs the single-delivery path unchanged — its own claim, lease, fenced commit and ack (never
+        ``multiple=true``), its own retry or dead-letter — so no item waits for, or is settled by, another."""
+        assembler = self._assemblers.get(session)
+        if assembler is None:
+            assembler = self._assemblers[session] = BatchAssembler(
+                self.settings.worker_batch_size, self.settings.worker_batch_wait_ms / 1000.0,
+                self.settings.effective_prefetch)
+        batch = assembler.add(message, time.monotonic(), self._batch_in_flight)
+        if batch is not None:
+            self._spawn(self._run_batch(batch, session))
+        elif len(assembler) == 1:  # a new batch opened: dispatch it when its wait is over, full or not
+            self._spawn(self._dispatch_when_due(assembler, assembler.generation, assembler.deadline(), session))
+
+    async def _dispatch_when_due(self, assembler: BatchAssembler, generation: int, deadline: float,
+                                 session: "_Session | None") -> None:
+        # The deadline is read when the batch opens: by the time this task runs, the batch may already have filled
+        # and gone (the assembler then has no deadline, and `due` says no for this generation).
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        if assembler.due(time.monotonic(), generation):
+            await self._run_batch(assembler.take(), session)
+
+    async def _run_batch(self, messages: list, session: "_Session | None") -> None:
+        self._batch_in_flight += len(messages)
+        log.debug("dispatching a batch of %d deliveries", len(messages))
+
+        async def item(message) -> None:
+            try:
+                await self._deliver(message, session)
+            finally:
+                self._batch_in_flight -= 1
+
+        outcomes = await asyncio.gather(*(item(message) for message in messages), return_exceptions=True)
+        for message, outcome in zip(messages, outcomes):
+            if isinstance(outcome, Exception):
+                log.error("delivery %s of a batch ended with %s", getattr(message, "message_id", "?"),
+                          type(outcome).__name__, exc_info=outcome)
 
     async def _deliver(self, message, session: "_Session | None") -> None:
         token = _SESSION.set(session)
@@ -337,6 +400,9 @@ class Worker:
                 except InvalidMessage as exc:
                     await self._dead_letter(message, str(exc))
                     return
+                if job.pipeline_version != self.settings.pipeline_version:
+                    await self._forward(message, job)
+                    return
                 await self._process(message, job, received_at)
             except Stopping:
                 await _settle(message, "nack")
@@ -366,7 +432,8 @@ class Worker:
     async def _process(self, message, job: JobMessage, received_at: float) -> None:
         # One owner string per delivery: a claim whose reply was lost is recognised as ours (adopt_claim).
         params = {"job_id": job.job_id, "attempt": job.attempt, "owner": f"{self.identity}/{uuid.uuid4().hex[:12]}",
-                  "lease_seconds": self.settings.lease_seconds, "actor": f"worker:{self.identity}"}
+                  "lease_seconds": self.settings.lease_seconds, "actor": f"worker:{self.identity}",
+                  "pipeline_version": self.settings.pipeline_version}
         # claimed_at: when the statement that succeeded was sent (not when the first try was): a claim that
         # waited out an outage starts with a whole lease, never with a dead local one.
         claim, claimed_at, retried = await self._db_timed(queries().claim_job, params)
@@ -381,10 +448,10 @@ class Worker:
         log.info("claimed job %s attempt %d token %d", job.job_id, claim["attempt"], token)
         if claim["expired"]:
             if await self._finish_failed(message, claim, "expired", "expired before its effect"):
-                metrics.JOBS_EXPIRED.inc()
+                metrics.count_expired("worker", "claim")
             return
 
-        timings: dict[str, float] = {"wait": claimed_at - received_at}
+        timings: dict[str, float] = {"wait": claimed_at - received_at, "claim": time.monotonic() - claimed_at}
         # The job's deadline on the monotonic clock, from the database's own clock at the claim: never later
         # than the real one (claimed_at precedes the statement).
         expires_in = claim.get("expires_in_seconds")
@@ -396,7 +463,7 @@ class Worker:
                 results = await self._produce_effects(claim, lease, timings, expires_at)
             except JobExpired as exc:
                 if await self._finish_failed(message, claim, "expired", str(exc), lease=lease):
-                    metrics.JOBS_EXPIRED.inc()
+                    metrics.count_expired("worker", "processing")
                 return
             except LeaseLost as exc:
                 metrics.JOBS.labels("lease_lost").inc()
@@ -424,7 +491,7 @@ class Worker:
             timings["commit"] = time.monotonic() - mark
             if committed == "expired":
                 if await self._finish_failed(message, claim, "expired", "expired before its commit", lease=lease):
-                    metrics.JOBS_EXPIRED.inc()
+                    metrics.count_expired("worker", "commit")
                 return
             if committed != "ready":
                 metrics.JOBS.labels("fenced").inc()
@@ -640,12 +707,36 @@ class Worker:
             log.warning("job %s: release failed (%s); the lease recovery takes it", claim["job_id"],
                         type(exc).__name__)
 
+    async def _forward(self, message, job: JobMessage) -> None:
+        """Level 5: a message of another pipeline version (an old relay, a manual or DLQ republish put it on this
+        version's queue) is never processed here and never requeued here: it is published (confirmed) to its own
+        version's queue, declared if needed, then acked. If that publish fails it is acked all the same: the job's
+        row stays `queued` in the database and the sweeper republishes it through the outbox
+        (STALE_QUEUED_SECONDS) — no loss, no requeue loop, and prefetch stays bounded."""
+        metrics.JOBS.labels("forwarded").inc()
+        try:
+            channel = self.work_channel
+            await topology.declare_version(channel, topology.config_from_settings(self.settings), job.pipeline_version)
+            exchange = await channel.get_exchange(topology.EXCHANGE, ensure=False)
+            await exchange.publish(
+                aio_pika.Message(message.body, headers=dict(message.headers or {}), content_type=message.content_type,
+                                 message_id=message.message_id, type=message.type,
+                                 delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
+                routing_key=topology.routing_key_for(job.pipeline_version), mandatory=False, timeout=10)
+            log.info("job %s is pipeline version %d (this worker: %d): forwarded to %s", job.job_id,
+                     job.pipeline_version, self.settings.pipeline_version, topology.queue_for(job.pipeline_version))
+        except Exception as exc:
+            log.warning("job %s: forwarding to pipeline version %d failed (%s); acked, the sweeper republishes it",
+                        job.job_id, job.pipeline_version, type(exc).__name__)
+        await _settle(message, "ack")
+
     async def _dead_letter(self, message, reason: str) -> None:
         metrics.JOBS.labels("poison").inc()
         log.warning("dead-lettering message %s: %s", message.message_id, reason)
         try:
             headers = dict(message.headers or {})
-            headers.update({"x-dead-letter-reason": reason[:500], "x-dead-lettered-by": self.identity})
+            headers.update({"x-dead-letter-reason": reason[:500], "x-dead-lettered-by": self.identity,
+                            "x-dead-lettered-at": datetime.now(timezone.utc).isoformat()})
             await self.dead_letter_exchange.publish(
                 aio_pika.Message(message.body, headers=headers, content_type=message.content_type,
                                  message_id=message.message_id, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),

@@ -12,6 +12,9 @@ from . import lease_renewal, owner_overlap
 from . import stale_ack
 from . import delivery_accounting
 from . import upload_idempotency
+from . import version_isolation
+from . import broker_failover
+from . import dead_letter_replay
 from .base import INVALID, UNKNOWN, VALID, Verdict, combine
 
 CHECKERS = {
@@ -21,7 +24,8 @@ CHECKERS = {
                    order_independence, clock_agreement,
                    batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage,
                    retry_exhaustion, dead_letter, expiry_metric, lease_renewal,
-                   owner_overlap, stale_ack, delivery_accounting, upload_idempotency)
+                   owner_overlap, stale_ack, delivery_accounting, upload_idempotency, version_isolation,
+                   broker_failover, dead_letter_replay)
 }
 
 

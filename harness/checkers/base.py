@@ -141,7 +141,7 @@ def expiry_code(run: dict) -> str:
 def operator_replays(history, attachment_id: str) -> list[dict]:
     """Replays of this attachment that the harness itself asked for and the implementation accepted (202).
     An operator replay is known from this call, never from the wording of ``actor`` or ``reason``."""
-    return [e for e in history.of_type("ok") if e.get("f") == "replay" and e.get("attachment_id") == attachment_id]
+    return [e for e in _of_attachment(history, "ok", attachment_id) if e.get("f") == "replay"]
 
 
 def attempt_after(trans: list[dict], index: int) -> int | None:
@@ -169,7 +169,34 @@ def final_events(final: dict, attachment_id: str) -> list[dict]:
 
 
 def observed_transitions(history, attachment_id: str) -> list[dict]:
-    return [e for e in history.of_type("transition") if e.get("attachment_id") == attachment_id]
+    return _of_attachment(history, "transition", attachment_id)
+
+
+def _of_attachment(history, type_: str, attachment_id) -> list[dict]:
+    """Indexed when the history can (harness.history.History.of_attachment), else a scan (a hand-made history)."""
+    if hasattr(history, "of_attachment"):
+        return history.of_attachment(type_, attachment_id)
+    return [e for e in history.of_type(type_) if e.get("attachment_id") == attachment_id]
+
+
+def served_version(final: dict, attachment_id: str):
+    """The pipeline_version GET served for the attachment at the final read (None when not read)."""
+    record = ((final or {}).get("attachments") or {}).get(attachment_id) or {}
+    return (record.get("body") or {}).get("pipeline_version")
+
+
+def of_served_version(events: list[dict], final: dict, attachment_id: str) -> list[dict]:
+    """Level 5: the events of several pipeline versions' jobs share one stream (each names its
+    ``pipeline_version``); a path is judged per version, so the per-attachment invariants read the version GET
+    serves (else the oldest). ``version_isolation`` judges the versions against each other. One version (or
+    events that name none): unchanged."""
+    versions = {ev.get("pipeline_version") for ev in events} - {None}
+    if len(versions) <= 1:
+        return events
+    keep = served_version(final, attachment_id)
+    if keep not in versions:
+        keep = min(versions)
+    return [ev for ev in events if ev.get("pipeline_version") in (keep, None)]
 
 
 def transitions_of(history, final: dict, attachment_id: str) -> list[dict]:
@@ -182,9 +209,11 @@ def transitions_of(history, final: dict, attachment_id: str) -> list[dict]:
     if not events:
         events = [
             {"seq": e.get("event_seq"), "at": e.get("at_server"), "from": e.get("from"), "to": e.get("to"),
-             "attempt": e.get("attempt"), "actor": e.get("actor"), "reason": e.get("reason")}
+             "attempt": e.get("attempt"), "actor": e.get("actor"), "reason": e.get("reason"),
+             "pipeline_version": e.get("pipeline_version")}
             for e in observed_transitions(history, attachment_id)
         ]
+    events = of_served_version(events, final, attachment_id)
     out = []
     for ev in sorted(events, key=lambda e: (e.get("seq") is None, e.get("seq") or 0)):
         out.append(

@@ -223,8 +223,12 @@ def check(history, final, run) -> Verdict:
         looked = _returned_by_trace(history, failure, looked, starts)
         # The broker's word for "several deliveries on one consumer": what the crash returned to the queue (the
         # first look only: the harness's own look requeues, and marks, every message it sees) or a sample.
-        returned = [m for m in (looked[0].get("messages") or [] if looked else []) if m.get("redelivered")
-                    and _state_at(trans_of(m.get("attachment_id")), failure["start"]) not in TERMINAL_STATES]
+        # Traced redeliveries after the crash count whole: a committed item among them was unacked when the crash
+        # came (the window between commit and ack), so it was in flight on the consumer too — the whole batch back.
+        # A listed look counts only unfinished jobs: a finished job's message in the queue may be an older copy.
+        traced = bool(looked) and looked[0].get("kind") == "traced_redeliveries"
+        returned = [m for m in (looked[0].get("messages") or [] if looked else []) if m.get("redelivered") and (
+                    traced or _state_at(trans_of(m.get("attachment_id")), failure["start"]) not in TERMINAL_STATES)]
         returned_most = max(returned_most, len(returned))
         near = multi if one_at_a_time else [e for e in multi
                                             if failure["start"] - window <= e["wall"] <= failure["end"] + lag]

@@ -29,7 +29,8 @@ REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
 AFTER_STOP = "after_consumers_stopped"
 # Fault lines that can give unacked deliveries back to the queue by themselves (a consumer's own exit is counted
 # from its ``role`` exit line).
-RETURNING_FAULTS = frozenset({"toxic", "restart_service", "sigkill", "sigstop", "crash"})
+RETURNING_FAULTS = frozenset({"toxic", "restart_service", "sigkill", "sigstop", "crash", "kill_broker_node",
+                              "partition_broker_node"})
 
 
 def deliveries_traced(history) -> bool:
@@ -42,7 +43,9 @@ def trace_gaps(history) -> list[tuple[float, float | None]]:
     gaps = []
     restored = [e["wall"] for e in history.of_type("observe") if e.get("tracing_restored")]
     for e in history.of_type("fault"):
-        if e.get("action") == "restart_service" and e.get("service") == "rabbitmq" and e.get("phase") == "start":
+        # A broker restart, or one node of a cluster killed: its firehose is per node and off once it is back.
+        if (e.get("action") == "restart_service" and e.get("service") == "rabbitmq" or
+                e.get("action") == "kill_broker_node") and e.get("phase") == "start":
             gaps.append((e["wall"], next((w for w in restored if w > e["wall"]), None)))
     return gaps
 

@@ -32,6 +32,13 @@ def _norm(mark: str, value):
     return str(value).strip('"') if mark == "etag" else value
 
 
+def _where(history, type_: str, field: str, value) -> list[dict]:
+    """Indexed when the history can (a long run's history: not a scan per attachment), else a scan."""
+    if hasattr(history, "where"):
+        return history.where(type_, field, value)
+    return [e for e in history.of_type(type_) if e.get(field) == value]
+
+
 def _changed_since_ready(history, attachment_id: str, item: dict, obj: dict) -> list[dict]:
     """The object at a key a ``ready`` result named, as snapshotted when ready was first seen (``snapshot`` lines,
     harness/ready_snapshot.py), against every later look at it: the object watcher's writes and the final read. Any
@@ -39,12 +46,12 @@ def _changed_since_ready(history, attachment_id: str, item: dict, obj: dict) -> 
     after ready, whatever the timing; a mark one side lacks is not compared (nor Last-Modified between a HEAD and a
     listing: their resolutions differ)."""
     key = item.get("key")
-    snaps = [e for e in history.of_type("snapshot") if e.get("attachment_id") == attachment_id
-             and e.get("key") == key and e.get("exists")]
+    snaps = [e for e in _where(history, "snapshot", "attachment_id", attachment_id)
+             if e.get("key") == key and e.get("exists")]
     if not snaps:
         return []
     snap = snaps[0]
-    later = [("object watcher", e) for e in history.of_type("object") if e.get("key") == key and e["seq"] > snap["seq"]]
+    later = [("object watcher", e) for e in _where(history, "object", "key", key) if e["seq"] > snap["seq"]]
     later.append(("final read", obj))
     for source, seen in later:
         # A listing reports Last-Modified in milliseconds, a HEAD or GET in whole seconds: compared like with like.
@@ -80,8 +87,9 @@ def check(history, final, run) -> Verdict:
                 attachment_id=attachment_id, job_id=(ok_event or {}).get("job_id"), events=[ok_event],
                 ready_transitions=[{"seq": t["seq"], "at": t["at_text"], "attempt": t["attempt"], "actor": t["actor"]}
                                    for t in readies]))
-        observed_ready = [e for e in history.of_type("transition")
-                          if e.get("attachment_id") == attachment_id and e.get("to") == "ready"]
+        observed_ready = [e for e in _where(history, "transition", "attachment_id", attachment_id)
+                          if e.get("to") == "ready"
+                          and e.get("pipeline_version") in (None, version)]  # level 5: per version
         if len(observed_ready) > 1 and len(readies) <= 1:
             problems.append(evidence("ready observed more than once during the run", attachment_id=attachment_id,
                                      events=observed_ready))
@@ -96,6 +104,8 @@ def check(history, final, run) -> Verdict:
                 problems.append(evidence(f"object key {key!r} used by {count} variants", attachment_id=attachment_id))
         final_keys = {v.get("name"): v.get("key") for v in variants}
         for snap in history.of_type("snapshot"):
+            if snap.get("pipeline_version") not in (None, version):
+                continue  # level 5: another version's result (GET serves the newest ready one; version_isolation)
             if snap.get("attachment_id") == attachment_id and final_keys.get(snap.get("variant"), snap.get("key")) \
                     != snap.get("key"):
                 problems.append(evidence(

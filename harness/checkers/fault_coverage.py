@@ -31,6 +31,10 @@ def _happened(step: dict, history, final: dict | None = None) -> tuple[bool, str
         done = [e for e in faults if e.get("action") == action and e.get("phase") == "start"
                 and e.get("service") == step.get("service")]
         return bool(done), f"{action} on {step.get('service')} {len(done)} times"
+    if action in ("kill_broker_node", "partition_broker_node"):
+        done = [e for e in faults if e.get("action") == action and e.get("phase") == "start"
+                and e.get("target", "leader") == step.get("node", "leader")]
+        return bool(done), f"{action} on the {step.get('node', 'leader')} node {len(done)} times"
     if action == "republish":
         done = [e for e in faults if e.get("action") == "republish" and e.get("phase") == "start" and e.get("jobs")]
         return bool(done), f"republished {sum(len(e['jobs']) for e in done)} jobs"
@@ -43,11 +47,23 @@ def _happened(step: dict, history, final: dict | None = None) -> tuple[bool, str
     if action == "replay":
         done = [e for e in history.of_type("invoke") if e.get("f") == "replay"]
         return bool(done), f"{len(done)} replays requested"
+    if action == "dlq_replay":
+        moved = [e for e in faults if e.get("action") == "dlq_replay" and e.get("phase") == "move" and e.get("routed")]
+        asked = [e for e in history.of_type("invoke") if e.get("f") == "dlq_replay"]
+        return bool(moved and asked), f"{len(moved)} job messages dead-lettered, {len(asked)} replays requested"
     if action == "hold":
         held = [e for e in history.of_type("phase") if e.get("name") == "hold_end" and e.get("fault") == step.get("index")]
         return bool(held), f"roles held and released {len(held)} times"
     if action == "start_instance":
         return True, "instance started"
+    if action in ("start_version", "stop_version"):  # level 5
+        done = [e for e in faults if e.get("action") == action and e.get("phase") == "start"
+                and e.get("fault") == step.get("index")]
+        return bool(done), f"{action}: {len(done)} consumer instances"
+    if action == "reprocess":
+        done = [e for e in history.of_type("ok") if e.get("f") == "reprocess"
+                and e.get("fault", step.get("index")) == step.get("index")]
+        return bool(done), f"{len(done)} attachments reprocessed for another pipeline version"
     return False, f"unknown action {action!r}"
 
 

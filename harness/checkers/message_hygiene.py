@@ -121,6 +121,34 @@ def object_keys(final: dict) -> set[str]:
     return keys
 
 
+_NEEDLES: dict = {}
+
+
+def _contained(needles: set[str], text: str) -> list[str]:
+    """Every needle that occurs in ``text`` (in the needles' sorted order). Many needles (a long run: thousands of
+    object keys against thousands of messages) are found through an index of their first characters, one pass over
+    the text, instead of one scan of the text per needle."""
+    if len(needles) < 64:
+        return [n for n in sorted(needles) if n in text]
+    ident = id(needles)
+    entry = _NEEDLES.get(ident)
+    if entry is None or entry[0] is not needles or entry[1] != len(needles):
+        width = max(1, min(len(n) for n in needles))
+        index: dict[str, list[str]] = {}
+        for n in sorted(needles):
+            index.setdefault(n[:width], []).append(n)
+        if len(_NEEDLES) >= 4:  # the checker's few needle sets (keys, filenames), never a growing cache
+            _NEEDLES.clear()
+        entry = _NEEDLES[ident] = (needles, len(needles), width, index)
+    _, _, width, index = entry
+    hits = set()
+    for i in range(len(text) - width + 1):
+        for n in index.get(text[i:i + width], ()):
+            if text.startswith(n, i):
+                hits.add(n)
+    return sorted(hits)
+
+
 def forbidden_content(m: dict, filenames: set[str], keys: set[str]) -> list[tuple[str, str]]:
     """(what, value) for every URL, storage path, client filename, file bytes or credential anywhere in the message:
     one rule set for the body (or its raw text), the headers and every string property."""
@@ -135,12 +163,10 @@ def forbidden_content(m: dict, filenames: set[str], keys: set[str]) -> list[tupl
                 found.append((f"{part} carries the file's bytes", text))
             if any(marker in text for marker in PATH_MARKERS):
                 found.append((f"{part} carries a URL or path", text))
-            for key in keys:
-                if key in text:
-                    found.append((f"{part} carries a storage object key", text))
-            for stem in filenames:
-                if stem in text:
-                    found.append((f"{part} carries the client filename", text))
+            for key in _contained(keys, text):
+                found.append((f"{part} carries a storage object key", text))
+            for stem in _contained(filenames, text):
+                found.append((f"{part} carries the client filename", text))
     return found
 
 

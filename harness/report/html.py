@@ -139,6 +139,14 @@ def _scenario_section(grade_dir: Path, s: dict, open_: bool) -> str:
             f'</div></details></section>')
 
 
+def _time_went(results: dict) -> str:
+    """Per phase and part, summed over the scenarios (results.json["time_went"], harness/timing.py)."""
+    from ..timing import html_table
+
+    table = html_table(results.get("time_went") or {})
+    return f'<h3>Per phase and part, over every scenario</h3>\n{table}' if table else ""
+
+
 def grade_page(grade_dir: Path, results: dict) -> str:
     """The grade's index.html, from its results (as in results.json) and its scenario folders."""
     grade_dir = Path(grade_dir)
@@ -175,6 +183,7 @@ def grade_page(grade_dir: Path, results: dict) -> str:
 <h2>Where the time went</h2>
 <p class="meta">each scenario's phases (run.json timings), in run order; hover a segment for its seconds{(' · ' + esc(overall)) if overall else ''}</p>
 <div class="chart-box">{bars or '<p class="meta">no scenario ran</p>'}</div>
+{_time_went(results)}
 <h2>Scenario by scenario</h2>
 <p class="meta">each row is one attachment (in upload order): its states over time, the 202 as a dot; red lines and bands are
 faults, grey bands roles held; below, the work queue and each sampled consumer over the same time axis. Valid

@@ -100,6 +100,11 @@ def grade_md(r: dict) -> str:
                 if v["status"] != "valid":
                     lines += [f"- **{v['invariant']}**: {v['summary']}"] + _evidence_lines(v, 3)
     lines += ["", "## Where the time went", ""]
+    from ..timing import table_lines
+
+    table = table_lines(r.get("time_went") or {})
+    if table:  # per phase and part, over every scenario (harness/timing.py)
+        lines += ["```"] + table + ["```", ""]
     for k, v in (r.get("timings") or {}).items():
         if isinstance(v, (int, float)):
             lines.append(f"- {k}: {v:.1f}s")

@@ -1,6 +1,7 @@
 """Free loopback ports and readiness probes."""
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -9,21 +10,77 @@ from typing import Callable, Protocol
 LOOPBACK = "127.0.0.1"
 
 
-class PortAllocator:
-    """Hands out distinct free loopback ports (the OS picks; we remember, so one stack never gets a port twice)."""
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+class _ListenerPorts:
+    """Ports for the listeners the harness starts (services, roles, /metrics), picked BELOW the kernel's ephemeral
+    range. A port the OS hands out for ``bind(0)`` — Toxiproxy's proxies for tenants made ahead, every outgoing
+    connection's local end — then can never be one we picked and have not bound yet (a role still starting, a
+    service restarting on its old port). Shared by every allocator of this process, so parallel scenarios never
+    get the same port; the cursor starts at an offset of the PID, so two harness processes rarely walk the same
+    ports either."""
+
+    LOW = 15000
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._high = _ephemeral_low()
         self._given: set[int] = set()
+        span = max(1, self._high - self.LOW)
+        self._cursor = self.LOW + (os.getpid() * 7919) % span
 
     def take(self) -> int:
+        if self._high - self.LOW < 1000:  # an unusual ephemeral range: let the OS pick
+            return self._os_pick()
+        with self._lock:
+            for _ in range(self._high - self.LOW):
+                port, self._cursor = self._cursor, self._cursor + 1
+                if self._cursor >= self._high:  # wrapped: ports given a whole span ago are bound or long gone
+                    self._cursor, self._given = self.LOW, set()
+                if port not in self._given and _bindable(port):
+                    self._given.add(port)
+                    return port
+        raise RuntimeError(f"no free loopback port in {self.LOW}-{self._high - 1}")
+
+    def _os_pick(self) -> int:
         while True:
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
                 s.bind((LOOPBACK, 0))
                 port = s.getsockname()[1]
-            # weed derives gRPC ports as http+10000 in places; stay below that range's collisions.
-            if port not in self._given and port < 55000:
-                self._given.add(port)
-                return port
+            with self._lock:
+                if port not in self._given and port < 55000:  # weed derives gRPC ports as http+10000 in places
+                    self._given.add(port)
+                    return port
+
+
+_LISTENERS = _ListenerPorts()
+
+
+def listener_port() -> int:
+    """A free loopback port for a listener the harness is about to start (see _ListenerPorts)."""
+    return _LISTENERS.take()
+
+
+class PortAllocator:
+    """Hands out distinct free loopback ports for one stack's services (see _ListenerPorts for where from)."""
+
+    def take(self) -> int:
+        return listener_port()
 
 
 def can_connect(port: int, host: str = LOOPBACK, timeout: float = 0.2) -> bool:

@@ -2,6 +2,10 @@
 
 Its data (mnesia, queues, cookie, config) lives in the stack's data folder; its logs in the run directory.
 Erlang distribution and epmd use TCP on loopback only, so no Unix socket path is involved.
+
+A cluster (``harness stack up --rabbitmq-nodes 3``) is several such nodes sharing one private epmd (run by the
+first node) and one private Erlang cookie; the later nodes join the first by classic-config peer discovery at their
+first boot (a restarted node finds its cluster in its own data).
 """
 from __future__ import annotations
 
@@ -33,6 +37,13 @@ log.file.level = warning
 collect_statistics_interval = 500
 """
 
+# Appended for a node that joins a cluster at its first boot: the first node is its only seed.
+CLUSTER_CONFIG = """\
+cluster_formation.peer_discovery_backend = classic_config
+cluster_formation.discovery_retry_limit = 60
+cluster_formation.discovery_retry_interval = 500
+"""
+
 
 @dataclass
 class RabbitMQ:
@@ -44,8 +55,21 @@ class RabbitMQ:
     epmd_port: int
     process: ServiceProcess | None = None
     epmd_process: ServiceProcess | None = None
+    # Cluster mode: the service name ("rabbitmq", "rabbitmq-2", ...), the shared cookie, the nodes it joins at its
+    # first boot, and whether it runs the shared epmd (the first node) or uses the one already there.
+    label: str = "rabbitmq"
+    cookie: str | None = None
+    seeds: tuple[str, ...] = ()
+    own_epmd: bool = True
 
-    name = "rabbitmq"
+    @property
+    def name(self) -> str:
+        return self.label
+
+    @property
+    def node_name(self) -> str:
+        # The node name embeds the AMQP port so it stays the same across restarts of this node.
+        return f"harness-{self.amqp_port}@localhost"
 
     def amqp_url(self, vhost: str = "/", port: int | None = None) -> str:
         return f"amqp://{USER}:{PASSWORD}@{LOOPBACK}:{port or self.amqp_port}/{urllib.parse.quote(vhost, safe='')}"
@@ -60,8 +84,7 @@ class RabbitMQ:
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(home),  # the Erlang cookie lives here, private to this node
             "LANG": "C.UTF-8",
-            # The node name embeds the AMQP port so it stays the same across restarts of this node.
-            "RABBITMQ_NODENAME": f"harness-{self.amqp_port}@localhost",
+            "RABBITMQ_NODENAME": self.node_name,
             "RABBITMQ_NODE_IP_ADDRESS": LOOPBACK,
             "RABBITMQ_NODE_PORT": str(self.amqp_port),
             "RABBITMQ_DIST_PORT": str(self.dist_port),
@@ -81,13 +104,22 @@ class RabbitMQ:
 
     @property
     def node_log_dir(self) -> Path:
-        return self.log_dir / "rabbitmq"
+        return self.log_dir / self.label
 
     def init(self) -> None:
         for folder in (self.root / "home", self.root / "mnesia", self.node_log_dir):
             folder.mkdir(parents=True, exist_ok=True)
-        (self.root / "rabbitmq.conf").write_text(CONFIG.format(
-            ip=LOOPBACK, amqp_port=self.amqp_port, management_port=self.management_port, user=USER, password=PASSWORD))
+        config = CONFIG.format(
+            ip=LOOPBACK, amqp_port=self.amqp_port, management_port=self.management_port, user=USER, password=PASSWORD)
+        if self.seeds:
+            config += CLUSTER_CONFIG + "".join(f"cluster_formation.classic_config.nodes.{i} = {seed}\n"
+                                               for i, seed in enumerate(self.seeds, 1))
+        (self.root / "rabbitmq.conf").write_text(config)
+        if self.cookie:  # every node of a cluster (and its CLI tools, same HOME) shares this private cookie
+            cookie = self.root / "home" / ".erlang.cookie"
+            if not cookie.exists():
+                cookie.write_text(self.cookie)
+                cookie.chmod(0o400)
         (self.root / "advanced.config").write_text("[].\n")
         (self.root / "rabbitmq-env.conf").write_text("")
         (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
@@ -95,7 +127,7 @@ class RabbitMQ:
     def start(self) -> None:
         self.init()
         env = self._env()
-        if self.epmd_process is None or not self.epmd_process.alive():
+        if self.own_epmd and (self.epmd_process is None or not self.epmd_process.alive()):
             # Our own epmd in the foreground, so it is ours to stop by PID (erl would daemonise a shared one).
             self.epmd_process = ServiceProcess(
                 name="epmd", argv=[str(epmd()), "-port", str(self.epmd_port), "-address", LOOPBACK],
@@ -104,7 +136,7 @@ class RabbitMQ:
                        process=self.epmd_process)
         self.process = ServiceProcess(
             name=self.name, argv=[str(rabbitmq_bindir() / "rabbitmq-server")],
-            log_path=self.log_dir / "rabbitmq.log", env=env, cwd=self.root).start()
+            log_path=self.log_dir / f"{self.label}.log", env=env, cwd=self.root).start()
 
     def ready(self) -> bool:
         if not can_connect(self.amqp_port):
@@ -126,3 +158,9 @@ class RabbitMQ:
             client.put(f"/api/vhosts/{quoted}").raise_for_status()
             client.put(f"/api/permissions/{quoted}/{USER}",
                        json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
+
+    def cluster_nodes(self) -> list[str]:
+        """The running nodes of the cluster this node sees (management API)."""
+        response = httpx.get(f"{self.management_url}/api/nodes", auth=(USER, PASSWORD), timeout=2)
+        response.raise_for_status()
+        return sorted(n["name"] for n in response.json() if n.get("running"))

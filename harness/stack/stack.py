@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import signal
 import sys
 import tempfile
@@ -43,6 +44,8 @@ class ServiceUrls:
     database_url: str
     amqp_url: str
     s3_endpoint_url: str
+    # A RabbitMQ cluster: every node's URL, comma-separated, the first being amqp_url ("" on a single node).
+    amqp_urls: str = ""
 
 
 @dataclass(frozen=True)
@@ -57,16 +60,28 @@ class Tenant:
     vhost: str
     # service -> the Toxiproxy proxy its proxied URL goes through: the run's own proxies, or the stack's shared ones
     proxy_names: dict[str, str] = field(default_factory=lambda: {name: name for name in SERVICES})
+    # A RabbitMQ cluster: every node's management API (the first is rabbitmq_management_url).
+    rabbitmq_management_urls: tuple[str, ...] = ()
 
     def env(self, proxied: bool = True) -> dict[str, str]:
         urls = self.proxied if proxied else self.direct
-        return {"DATABASE_URL": urls.database_url, "AMQP_URL": urls.amqp_url,
-                "S3_ENDPOINT_URL": urls.s3_endpoint_url, "S3_BUCKET": self.bucket,
-                "S3_ACCESS_KEY": ACCESS_KEY, "S3_SECRET_KEY": SECRET_KEY}
+        env = {"DATABASE_URL": urls.database_url, "AMQP_URL": urls.amqp_url,
+               "S3_ENDPOINT_URL": urls.s3_endpoint_url, "S3_BUCKET": self.bucket,
+               "S3_ACCESS_KEY": ACCESS_KEY, "S3_SECRET_KEY": SECRET_KEY}
+        if urls.amqp_urls:  # a cluster: every broker, each through its own proxy (docs/CONTRACT.md §2)
+            env["AMQP_URLS"] = urls.amqp_urls
+        return env
 
 
 # Toxiproxy first (clients see their connections end), RabbitMQ before its epmd.
 STOP_ORDER = ("toxiproxy", "s3", "postgres", "rabbitmq", "epmd")
+
+
+def stop_order(names) -> list[str]:
+    """STOP_ORDER with a cluster's other nodes (rabbitmq-2, ...) after the first node, before epmd."""
+    extra = sorted((n for n in names if n.startswith("rabbitmq-")), key=lambda n: int(n.rsplit("-", 1)[1]))
+    order = list(STOP_ORDER)
+    return order[:order.index("epmd")] + extra + ["epmd"]
 
 
 def stop_plan(name: str, keep_data: bool) -> dict:
@@ -78,7 +93,7 @@ def stop_plan(name: str, keep_data: bool) -> dict:
     if name == "epmd" or not keep_data:
         # The data is removed next: nothing to flush, no reason to wait (a graceful RabbitMQ stop takes ~13 s).
         return {"sig": signal.SIGKILL, "grace": 0.0, "leader_only": False}
-    return {"sig": signal.SIGTERM, "grace": 20.0 if name == "rabbitmq" else 5.0, "leader_only": False}
+    return {"sig": signal.SIGTERM, "grace": 20.0 if name.startswith("rabbitmq") else 5.0, "leader_only": False}
 
 
 def default_run_dir() -> Path:
@@ -100,6 +115,8 @@ class Stack:
     proxy_ports: dict[str, int]
     keep_data: bool = False
     ready_seconds: dict[str, float] = field(default_factory=dict)
+    # A RabbitMQ cluster's other nodes ("rabbitmq-2", ...); `rabbitmq` is its first node. Empty: one node.
+    rabbitmq_peers: list[RabbitMQ] = field(default_factory=list)
     _state_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     s3_access_key = ACCESS_KEY
@@ -107,7 +124,7 @@ class Stack:
 
     # --- construction -------------------------------------------------------------------------
     @classmethod
-    def create(cls, run_dir: Path | None = None, keep_data: bool = False) -> "Stack":
+    def create(cls, run_dir: Path | None = None, keep_data: bool = False, rabbitmq_nodes: int = 1) -> "Stack":
         """Folders and ports, nothing started. `run_dir` may be at any depth: no socket or data goes there."""
         run_dir = Path(run_dir) if run_dir else default_run_dir()
         log_dir = run_dir / "logs"
@@ -116,14 +133,23 @@ class Stack:
         try:
             ports = PortAllocator()
             postgres = Postgres(root=data_dir / "postgres", log_dir=log_dir, port=ports.take())
+            cookie = secrets.token_hex(16) if rabbitmq_nodes > 1 else None  # private to this stack's cluster
             rabbitmq = RabbitMQ(root=data_dir / "rabbitmq", log_dir=log_dir, amqp_port=ports.take(),
-                                management_port=ports.take(), dist_port=ports.take(), epmd_port=ports.take())
+                                management_port=ports.take(), dist_port=ports.take(), epmd_port=ports.take(),
+                                cookie=cookie)
+            peers = [RabbitMQ(root=data_dir / f"rabbitmq-{i}", log_dir=log_dir, amqp_port=ports.take(),
+                              management_port=ports.take(), dist_port=ports.take(), epmd_port=rabbitmq.epmd_port,
+                              label=f"rabbitmq-{i}", cookie=cookie, seeds=(rabbitmq.node_name,), own_epmd=False)
+                     for i in range(2, rabbitmq_nodes + 1)]
             s3 = SeaweedFS.allocate(data_dir / "seaweedfs", log_dir, ports, DEFAULT_BUCKET)
-            proxy_ports = {name: ports.take() for name in SERVICES}
-            upstreams = {"postgres": postgres.port, "rabbitmq": rabbitmq.amqp_port, "s3": s3.s3_port}
+            names = [*SERVICES, *(p.label for p in peers)]
+            proxy_ports = {name: ports.take() for name in names}
+            upstreams = {"postgres": postgres.port, "rabbitmq": rabbitmq.amqp_port, "s3": s3.s3_port,
+                         **{p.label: p.amqp_port for p in peers}}
             toxi = ToxiproxyServer(log_dir=log_dir, api_port=ports.take(),
-                                   proxies=[ProxySpec(n, proxy_ports[n], upstreams[n]) for n in SERVICES])
-            stack = cls(run_dir, data_dir, postgres, rabbitmq, s3, toxi, proxy_ports, keep_data=keep_data)
+                                   proxies=[ProxySpec(n, proxy_ports[n], upstreams[n]) for n in names])
+            stack = cls(run_dir, data_dir, postgres, rabbitmq, s3, toxi, proxy_ports, keep_data=keep_data,
+                        rabbitmq_peers=peers)
             stack.unix_socket_paths()  # refuses, before anything starts, a socket path the kernel cannot bind
             stack.write_state()
         except BaseException:
@@ -132,9 +158,10 @@ class Stack:
         return stack
 
     @classmethod
-    def start(cls, run_dir: Path | None = None, timeout: float = 60, keep_data: bool = False) -> "Stack":
+    def start(cls, run_dir: Path | None = None, timeout: float = 60, keep_data: bool = False,
+              rabbitmq_nodes: int = 1) -> "Stack":
         """Create and start; on any failure or interrupt, everything started so far is stopped before raising."""
-        stack = cls.create(run_dir, keep_data)
+        stack = cls.create(run_dir, keep_data, rabbitmq_nodes)
         try:
             stack.start_all(timeout)
         except BaseException:
@@ -143,7 +170,21 @@ class Stack:
         return stack
 
     def _services(self) -> dict[str, object]:
-        return {"postgres": self.postgres, "rabbitmq": self.rabbitmq, "s3": self.s3, "toxiproxy": self.toxiproxy_server}
+        return {"postgres": self.postgres, "rabbitmq": self.rabbitmq, "s3": self.s3, "toxiproxy": self.toxiproxy_server,
+                **{p.label: p for p in self.rabbitmq_peers}}
+
+    @property
+    def rabbitmq_nodes(self) -> list[RabbitMQ]:
+        """Every RabbitMQ node, the first (service "rabbitmq") first."""
+        return [self.rabbitmq, *self.rabbitmq_peers]
+
+    def service_names(self) -> list[str]:
+        """The services a fault may stop and the heal brings back: a cluster's every node among them."""
+        return [*SERVICES, *(p.label for p in self.rabbitmq_peers)]
+
+    def _upstreams(self) -> dict[str, int]:
+        return {"postgres": self.postgres.port, "rabbitmq": self.rabbitmq.amqp_port, "s3": self.s3.s3_port,
+                **{p.label: p.amqp_port for p in self.rabbitmq_peers}}
 
     def unix_socket_paths(self) -> list[Path]:
         """Every Unix socket the services bind: all in the short data folder (each checked against the limit)."""
@@ -156,7 +197,8 @@ class Stack:
         """
         began = time.monotonic()
         abandon = threading.Event()
-        pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="stack-start")
+        pool = ThreadPoolExecutor(max_workers=len(self._services()), thread_name_prefix="stack-start")
+        self._first_node_ready = threading.Event()
         futures = {name: pool.submit(self._start_one, name, timeout, abandon) for name in self._services()}
         try:
             wait(futures.values(), return_when=FIRST_EXCEPTION)
@@ -165,6 +207,8 @@ class Stack:
                 raise failed[0]
             for name, future in futures.items():
                 self.ready_seconds[name] = future.result()
+            if self.rabbitmq_peers:
+                self.ready_seconds["rabbitmq-cluster"] = self.wait_cluster(timeout, abandon)
         finally:
             # Also on Ctrl-C: the other starts stop waiting, and every process they spawned is recorded on its
             # service before anyone stops the stack.
@@ -178,23 +222,53 @@ class Stack:
     def _start_one(self, name: str, timeout: float, abandon: threading.Event | None = None) -> float:
         began = time.monotonic()
         service = self._services()[name]
+        first_boot = getattr(self, "_first_node_ready", None)
+        if name.startswith("rabbitmq-") and first_boot is not None and not first_boot.is_set():
+            # A joining node's first boot needs the first node up (its only seed); a restart does not.
+            while not first_boot.wait(0.1):
+                if (abandon is not None and abandon.is_set()) or time.monotonic() - began > timeout:
+                    raise StartAbandoned(f"{name}: start abandoned (the first RabbitMQ node never came up)")
         if abandon is not None and abandon.is_set():
             raise StartAbandoned(f"{name}: start abandoned")
         service.start()
         self.write_state()  # its PID on record at once: `harness stack down` can stop even an interrupted start
         service.wait_ready(timeout, abandon=abandon)
+        if name == "rabbitmq" and first_boot is not None:
+            first_boot.set()
+        return time.monotonic() - began
+
+    def wait_cluster(self, timeout: float = 60, abandon: threading.Event | None = None) -> float:
+        """Wait until the first node sees every node of the cluster running; returns the seconds waited."""
+        from .ports import wait_until
+
+        began = time.monotonic()
+        want = sorted(n.node_name for n in self.rabbitmq_nodes)
+
+        def joined() -> bool:
+            try:
+                return self.rabbitmq.cluster_nodes() == want
+            except Exception:
+                return False
+        wait_until(joined, timeout, f"RabbitMQ cluster of {len(want)} nodes", interval=0.2, abandon=abandon)
         return time.monotonic() - began
 
     # --- URLs ----------------------------------------------------------------------------------
     @property
     def direct(self) -> ServiceUrls:
-        return ServiceUrls(self.postgres.url("postgres"), self.rabbitmq.amqp_url("/"), self.s3.endpoint_url())
+        return ServiceUrls(self.postgres.url("postgres"), self.rabbitmq.amqp_url("/"), self.s3.endpoint_url(),
+                           self._amqp_urls("/"))
+
+    def _amqp_urls(self, vhost: str, ports: dict[str, int] | None = None) -> str:
+        """A cluster's every node (through ``ports``, the proxies, when given), comma-separated; "" for one node."""
+        if not self.rabbitmq_peers:
+            return ""
+        return ",".join(node.amqp_url(vhost, port=(ports or {}).get(node.label)) for node in self.rabbitmq_nodes)
 
     @property
     def proxied(self) -> ServiceUrls:
         return ServiceUrls(self.postgres.url("postgres", port=self.proxy_ports["postgres"]),
                            self.rabbitmq.amqp_url("/", port=self.proxy_ports["rabbitmq"]),
-                           self.s3.endpoint_url(port=self.proxy_ports["s3"]))
+                           self.s3.endpoint_url(port=self.proxy_ports["s3"]), self._amqp_urls("/", self.proxy_ports))
 
     @property
     def rabbitmq_management_url(self) -> str:
@@ -218,13 +292,13 @@ class Stack:
         self.postgres.create_database(db_name)
         self.rabbitmq.create_vhost(safe)
         self.s3.create_bucket(bucket)
-        names = {service: service for service in SERVICES}
+        names = {service: service for service in self.service_names()}
         ports = dict(self.proxy_ports)
         if private_proxies:
-            upstreams = {"postgres": self.postgres.port, "rabbitmq": self.rabbitmq.amqp_port, "s3": self.s3.s3_port}
-            names = {service: f"{safe}-{service}" for service in SERVICES}
+            upstreams = self._upstreams()
+            names = {service: f"{safe}-{service}" for service in self.service_names()}
             try:
-                for service in SERVICES:
+                for service in self.service_names():
                     ports[service] = self.toxiproxy.create_proxy(names[service], upstreams[service])
             except BaseException:
                 self.toxiproxy.scoped(names).close()
@@ -232,16 +306,18 @@ class Stack:
         pg, rmq, s3 = ports["postgres"], ports["rabbitmq"], ports["s3"]
         return Tenant(
             name=safe, bucket=bucket, vhost=safe, rabbitmq_management_url=self.rabbitmq_management_url,
-            direct=ServiceUrls(self.postgres.url(db_name), self.rabbitmq.amqp_url(safe), self.s3.endpoint_url()),
+            direct=ServiceUrls(self.postgres.url(db_name), self.rabbitmq.amqp_url(safe), self.s3.endpoint_url(),
+                               self._amqp_urls(safe)),
             proxied=ServiceUrls(self.postgres.url(db_name, port=pg), self.rabbitmq.amqp_url(safe, port=rmq),
-                                self.s3.endpoint_url(port=s3)),
-            proxy_names=names)
+                                self.s3.endpoint_url(port=s3), self._amqp_urls(safe, ports)),
+            proxy_names=names,
+            rabbitmq_management_urls=tuple(n.management_url for n in self.rabbitmq_nodes) if self.rabbitmq_peers else ())
 
     def role_proxy(self, tenant: Tenant, role: str, service: str) -> int:
         """A proxy of its own for one role's link to ``service`` (every instance of the role goes through it), so a
         fault can reach that role alone while the others keep their links. Registered in the tenant's proxies as
         ``service@role`` (faults, heal and ``close_tenant`` cover it); returns the port it listens on."""
-        upstreams = {"postgres": self.postgres.port, "rabbitmq": self.rabbitmq.amqp_port, "s3": self.s3.s3_port}
+        upstreams = self._upstreams()
         name = f"{tenant.name}-{service}-{re.sub(r'[^a-z0-9]+', '-', role.lower())}"
         port = self.toxiproxy.create_proxy(name, upstreams[service])
         tenant.proxy_names[f"{service}@{role}"] = name
@@ -285,6 +361,8 @@ class Stack:
     def own_ports(self) -> list[int]:
         ports = [self.postgres.port, self.rabbitmq.amqp_port, self.rabbitmq.management_port,
                  self.rabbitmq.dist_port, self.rabbitmq.epmd_port, self.s3.s3_port, self.toxiproxy_server.api_port]
+        for node in self.rabbitmq_peers:
+            ports += [node.amqp_port, node.management_port, node.dist_port]
         return ports + list(self.s3.other_ports.values()) + list(self.proxy_ports.values())
 
     def processes(self) -> dict[str, ServiceProcess | None]:
@@ -303,7 +381,7 @@ class Stack:
         errors = []
         with signals_deferred():
             processes = self.processes()
-            for name in STOP_ORDER:
+            for name in stop_order(processes):
                 process = processes[name]
                 try:
                     if process is not None:
@@ -328,6 +406,10 @@ class Stack:
             "direct": asdict(self.direct),
             "proxied": asdict(self.proxied),
             "rabbitmq_management_url": self.rabbitmq_management_url,
+            **({"rabbitmq_nodes": [{"service": n.label, "node": n.node_name, "amqp_port": n.amqp_port,
+                                    "management_url": n.management_url, "dist_port": n.dist_port,
+                                    "proxy_port": self.proxy_ports[n.label]} for n in self.rabbitmq_nodes]}
+               if self.rabbitmq_peers else {}),
             "s3_bucket": self.s3_bucket, "s3_access_key": ACCESS_KEY, "s3_secret_key": SECRET_KEY,
             "toxiproxy_api": f"http://{LOOPBACK}:{self.toxiproxy_server.api_port}",
             "pids": self.pids(), "ports": self.own_ports(), "ready_seconds": self.ready_seconds,
@@ -361,7 +443,7 @@ def stop_from_state(run_dir: Path) -> dict:
     keep_data = bool(state.get("keep_data"))
     with signals_deferred():
         if not state.get("stopped"):  # PIDs of a stopped stack may belong to someone else by now
-            for name in STOP_ORDER:
+            for name in stop_order(state["pids"]):
                 pid = state["pids"].get(name)
                 if pid:
                     stop_group_by_pid(pid, **stop_plan(name, keep_data))

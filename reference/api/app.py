@@ -23,11 +23,16 @@ from reference.api.limits import DecodeSandbox, UploadGate, needs_decode
 from reference.api.errors import ApiError, ServiceUnavailable
 from reference.api.models import (
     AttachmentStatus,
+    DeadLetterList,
+    DlqReplayRequest,
+    DlqReplayResult,
     ErrorResponse,
     EventList,
     Health,
     ReplayAccepted,
     ReplayRequest,
+    ReprocessAccepted,
+    ReprocessRequest,
     UploadAccepted,
 )
 from reference.api.upload_stream import FILE_FIELD, receive_file
@@ -37,6 +42,7 @@ from reference.failpoints import FailpointError, Failpoints
 from reference.inspection import inspect_image, sanitize_filename
 from reference.keys import staging_key
 from reference.replay import ReplayRefused, replay
+from reference.reprocess import ReprocessRefused, reprocess
 from reference.settings import Settings
 from reference.storage import ObjectStore, StorageUnavailable
 from reference.tracing import accept_traceparent, accept_tracestate
@@ -198,10 +204,11 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
 
     @app.get("/v1/attachments/{attachment_id}", response_model=AttachmentStatus, responses=ERRORS,
              summary="State, original and variants of an attachment")
-    async def get_attachment(attachment_id: str, pool: PoolDep):
+    async def get_attachment(attachment_id: str, pool: PoolDep, settings: SettingsDep):
         parsed = _parse_id(attachment_id)
         async with pool.connection() as conn:
-            cursor = await conn.execute(queries().get_attachment, {"attachment_id": parsed})
+            cursor = await conn.execute(queries().get_attachment, {
+                "attachment_id": parsed, "max_version": settings.served_pipeline_version_max})
             row = await cursor.fetchone()
             if row is None:
                 raise ApiError(404, "not_found", "unknown attachment")
@@ -209,6 +216,8 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
                 "attachment_id": parsed, "pipeline_version": row["pipeline_version"], "variants": row["variants"],
             })
             results = await cursor.fetchall()
+            cursor = await conn.execute(queries().get_versions, {"attachment_id": parsed})
+            versions = await cursor.fetchall()
         return {
             "attachment_id": row["attachment_id"],
             "job_id": row["job_id"],
@@ -228,6 +237,12 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
             ],
             "created_at": row["created_at"].astimezone(timezone.utc),
             "updated_at": row["updated_at"].astimezone(timezone.utc),
+            "versions": [
+                {"pipeline_version": v["pipeline_version"], "job_id": v["job_id"], "state": v["state"],
+                 "attempt": v["attempt"], "error_code": v["error_code"], "variants": v["results"],
+                 "updated_at": v["updated_at"].astimezone(timezone.utc)}
+                for v in versions
+            ],
         }
 
     @app.get("/v1/attachments/{attachment_id}/events", response_model=EventList, responses=ERRORS,
@@ -242,7 +257,8 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
         return {"events": [
             {"seq": r["seq"], "at": r["at"].astimezone(timezone.utc), "from": r["from_state"], "to": r["to_state"],
              "attempt": r["attempt"], "reason": r["reason"], "actor": r["actor"],
-             "next_attempt_at": r["next_attempt_at"].astimezone(timezone.utc) if r["next_attempt_at"] else None}
+             "next_attempt_at": r["next_attempt_at"].astimezone(timezone.utc) if r["next_attempt_at"] else None,
+             "pipeline_version": r["pipeline_version"]}
             for r in rows
         ]}
 
@@ -258,6 +274,70 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
         except ReplayRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
         return {"attachment_id": done.attachment_id, "job_id": done.job_id, "attempt": done.attempt}
+
+    @app.post("/v1/admin/attachments/{attachment_id}/reprocess", status_code=202, response_model=ReprocessAccepted,
+              responses={**ERRORS, 200: {"model": ReprocessAccepted,
+                                         "description": "The version's job existed already: nothing written"}},
+              summary="Operator reprocessing of an attachment for another pipeline version (level 5)")
+    async def reprocess_attachment(attachment_id: str, body: ReprocessRequest, operator: OperatorDep,
+                                   settings: SettingsDep, pool: PoolDep, response: Response):
+        parsed = _parse_id(attachment_id)
+        try:
+            async with pool.connection() as conn:
+                done = await reprocess(conn, parsed, pipeline_version=body.pipeline_version, reason=body.reason,
+                                       operator=operator, variants=settings.variants,
+                                       ttl_seconds=settings.job_ttl_seconds)
+        except ReprocessRefused as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+        if not done.created:
+            response.status_code = 200
+        return {"attachment_id": done.attachment_id, "job_id": done.job_id, "pipeline_version": done.pipeline_version,
+                "attempt": done.attempt, "state": done.state, "created": done.created}
+
+    @app.get("/v1/admin/dlq", response_model=DeadLetterList, responses=ERRORS,
+             summary="Operator: the dead letters (read without loss: taken unacknowledged, all returned)")
+    async def list_dead_letters(operator: OperatorDep, settings: SettingsDep, limit: int = 100):
+        from reference import dlq
+
+        try:
+            return await dlq.list_letters(settings.amqp_url, limit)
+        except Exception as exc:
+            raise ServiceUnavailable("broker_unavailable", f"the dead-letter queue could not be read "
+                                     f"({type(exc).__name__})", settings.retry_after_seconds) from None
+
+    @app.post("/v1/admin/dlq/replay", response_model=DlqReplayResult, responses=ERRORS,
+              summary="Operator: replay dead letters by key, job or filter; audited, idempotent")
+    async def replay_dead_letters(body: DlqReplayRequest, operator: OperatorDep, settings: SettingsDep,
+                                  pool: PoolDep, all: bool = False):
+        from reference import dlq
+
+        selector = dlq.Selector(message_keys=set(body.message_keys), job_ids={str(j) for j in body.job_ids},
+                                dead_reason=body.dead_reason, older_than_seconds=body.older_than_seconds,
+                                everything=body.all or all, limit=body.limit)
+        return await _dlq_replay(dlq, selector, body.reason, operator, settings, pool)
+
+    @app.post("/v1/admin/dlq/jobs/{job_id}/replay", response_model=DlqReplayResult, responses=ERRORS,
+              summary="Operator: replay the dead letters of one job; a second replay is a no-op that says so")
+    async def replay_dead_letters_of_job(job_id: str, body: ReplayRequest, operator: OperatorDep,
+                                         settings: SettingsDep, pool: PoolDep):
+        from reference import dlq
+
+        parsed = _parse_id(job_id)
+        return await _dlq_replay(dlq, dlq.Selector(job_ids={str(parsed)}), body.reason, operator, settings, pool)
+
+    async def _dlq_replay(dlq, selector, reason: str, operator: str, settings: Settings, pool):
+        try:
+            return await dlq.replay_letters(settings.amqp_url, pool, selector, operator=operator, reason=reason,
+                                            ttl_seconds=settings.job_ttl_seconds)
+        except dlq.DlqRefused as exc:
+            raise ApiError(exc.status, exc.code, exc.message) from None
+        except ApiError:
+            raise
+        except Exception as exc:
+            log.warning("dead-letter replay failed: %s: %s", type(exc).__name__, exc)
+            raise ServiceUnavailable("dlq_unavailable", f"the dead-letter replay could not finish "
+                                     f"({type(exc).__name__}); replaying again is safe",
+                                     settings.retry_after_seconds) from None
 
     @app.get("/healthz", response_model=Health, summary="Liveness, with the reachability of the database and store")
     async def healthz(request: Request):

@@ -73,6 +73,7 @@ WITH claimed AS (
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
            updated_at = now()
      WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND state = 'queued'
+       AND pipeline_version = %(pipeline_version)s  -- level 5: a worker claims jobs of its own version only
     RETURNING job_id, attachment_id, attempt, attempt_base, fencing_token, pipeline_version,
               variants, expires_at, lease_expires_at, expires_at <= now() AS expired,
               EXTRACT(EPOCH FROM (expires_at - now()))::float8 AS expires_in_seconds
@@ -109,6 +110,7 @@ UPDATE jobs j
   FROM attachments a
  WHERE j.job_id = %(job_id)s AND j.attempt = %(attempt)s AND j.state = 'processing'
    AND j.lease_owner = %(owner)s AND a.attachment_id = j.attachment_id
+   AND j.pipeline_version = %(pipeline_version)s
 RETURNING j.job_id, j.attachment_id, j.attempt, j.attempt_base, j.fencing_token, j.pipeline_version,
           j.variants, j.expires_at, j.lease_expires_at, j.expires_at <= now() AS expired,
           EXTRACT(EPOCH FROM (j.expires_at - now()))::float8 AS expires_in_seconds,
@@ -230,12 +232,17 @@ WITH expired AS (
 )
 SELECT job_id, attachment_id, state, attempt FROM moved;
 
+-- name: stale_queued_versions
+-- The pipeline versions that have queued jobs old enough for the safety net below (each has its own queue).
+SELECT DISTINCT pipeline_version FROM jobs
+ WHERE state = 'queued' AND next_attempt_at < now() - make_interval(secs => %(stale_seconds)s);
+
 -- name: republish_stale_queued
--- Sweeper safety net: a queued job with no message in flight for a long time
+-- Sweeper safety net: a queued job of one pipeline version with no message in flight for a long time
 -- (e.g. its message was dead-lettered) gets a new outbox row, same attempt.
 WITH stale AS (
     SELECT j.job_id, j.attempt FROM jobs j
-     WHERE j.state = 'queued'
+     WHERE j.state = 'queued' AND j.pipeline_version = %(pipeline_version)s
        AND j.next_attempt_at < now() - make_interval(secs => %(stale_seconds)s)
        AND NOT EXISTS (
            SELECT 1 FROM outbox o
@@ -247,6 +254,31 @@ WITH stale AS (
 INSERT INTO outbox (job_id, attempt)
 SELECT job_id, attempt FROM stale
 RETURNING job_id;
+
+-- name: expire_queued_jobs
+-- Sweeper (BE-JOB-005): queued jobs past their deadline (the database's clock)
+-- end failed with error_code `expired`, queued -> failed directly, whether or
+-- not a worker ever claims their message. A message still in flight then finds
+-- the job terminal (a no-op ack). No attempt is spent and no effect exists.
+WITH due AS (
+    SELECT job_id FROM jobs
+     WHERE state = 'queued' AND expires_at <= now()
+     ORDER BY expires_at
+     LIMIT %(batch)s
+     FOR UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE jobs j
+       SET state = 'failed', error_code = 'expired', last_error = 'expired while queued',
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+      FROM due d
+     WHERE j.job_id = d.job_id AND j.state = 'queued'
+    RETURNING j.job_id, j.attachment_id, j.attempt
+), event AS (
+    INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor)
+    SELECT attachment_id, job_id, 'queued', 'failed', attempt, 'expired: expired while queued', %(actor)s
+    FROM moved
+)
+SELECT job_id, attachment_id FROM moved;
 
 -- name: replay_job
 -- Operator: failed -> queued. Same job_id and effect keys, a new attempt that
@@ -269,6 +301,59 @@ WITH replayed AS (
     INSERT INTO outbox (job_id, attempt) SELECT job_id, attempt FROM replayed
 )
 SELECT job_id, attachment_id, attempt FROM replayed;
+
+-- name: dlq_lock_job
+-- Operator, dead-letter replay (reference/dlq.py): the job a dead letter maps to, locked for the decision.
+SELECT job_id, attachment_id, state, attempt, original_purged_at IS NOT NULL AS original_released,
+       coalesce(lease_expires_at > now(), false) AS lease_live
+FROM jobs WHERE job_id = %(job_id)s
+FOR UPDATE;
+
+-- name: dlq_replayed_before
+-- Operator: the earlier replay of this job's attempt, if any (one per job and attempt: dlq_replays_once).
+SELECT at, operator, request_id FROM dlq_replays
+WHERE job_id = %(job_id)s AND job_attempt = %(job_attempt)s AND outcome = 'replayed'
+ORDER BY at LIMIT 1;
+
+-- name: dlq_replayed_lookup
+-- Operator: an earlier request that took a dead letter no longer in the queue (replayed it, or removed it with
+-- nothing to do), by its message key or its job.
+SELECT message_key, job_id, attachment_id, job_attempt, at, operator, request_id, outcome FROM dlq_replays
+WHERE outcome IN ('replayed', 'already_terminal', 'in_progress')
+  AND (message_key = %(message_key)s OR job_id = %(job_id)s::uuid)
+ORDER BY at DESC LIMIT 1;
+
+-- name: dlq_republish_queued
+-- Operator: a queued job whose message was dead-lettered gets a new outbox row for the same attempt (a claim
+-- needs that attempt and `queued`: any other copy becomes a no-op), with its audit row, in ONE statement; the
+-- unique index makes a second replay of the same job and attempt insert nothing (and publish nothing).
+WITH audit AS (
+    INSERT INTO dlq_replays (request_id, message_key, job_id, attachment_id, job_attempt, dead_reason, outcome,
+                             detail, operator, reason)
+    SELECT %(request_id)s, %(message_key)s, job_id, attachment_id, %(job_attempt)s, %(dead_reason)s, 'replayed',
+           'queued: published again, same attempt ' || attempt, %(operator)s, %(reason)s
+    FROM jobs WHERE job_id = %(job_id)s AND state = 'queued'
+    ON CONFLICT (job_id, job_attempt) WHERE outcome = 'replayed' DO NOTHING
+    RETURNING job_id
+), message AS (
+    INSERT INTO outbox (job_id, attempt)
+    SELECT j.job_id, j.attempt FROM jobs j JOIN audit a USING (job_id)
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM audit) AS replayed;
+
+-- name: dlq_audit
+-- Operator: the audit row of a dead letter a replay request looked at (any outcome).
+INSERT INTO dlq_replays (request_id, message_key, job_id, attachment_id, job_attempt, dead_reason, outcome, detail,
+                         operator, reason)
+VALUES (%(request_id)s, %(message_key)s, %(job_id)s, %(attachment_id)s, %(job_attempt)s, %(dead_reason)s,
+        %(outcome)s, %(detail)s, %(operator)s, %(reason)s)
+ON CONFLICT (job_id, job_attempt) WHERE outcome = 'replayed' DO NOTHING
+RETURNING id;
+
+-- name: dlq_audit_of_request
+SELECT message_key, job_id, attachment_id, job_attempt, dead_reason, outcome, detail, operator, reason, at
+FROM dlq_replays WHERE request_id = %(request_id)s ORDER BY id;
 
 -- name: outbox_fetch
 -- Relay: due rows, locked for the length of the publish; SKIP LOCKED lets
@@ -331,13 +416,66 @@ SELECT EXTRACT(EPOCH FROM (min(available_at) - now()))::float8 AS seconds
 FROM outbox WHERE published_at IS NULL;
 
 -- name: get_attachment
+-- The served version (level 5, docs/CONTRACT.md): among the versions at or below the cap (max_version,
+-- NULL = no cap), the newest `ready` one, else the oldest one (the upload's own job, until a version is ready). One version only (pipeline_version = 1)
+-- before level 5: its job.
 SELECT a.attachment_id, a.original_key, a.original_sha256, a.original_size, a.content_type,
        a.width, a.height, a.display_filename, a.created_at,
        j.job_id, j.state, j.pipeline_version, j.variants, j.attempt, j.error_code, j.updated_at
 FROM attachments a JOIN jobs j USING (attachment_id)
 WHERE a.attachment_id = %(attachment_id)s
-ORDER BY j.pipeline_version DESC
+ORDER BY j.pipeline_version <= coalesce(%(max_version)s::int, j.pipeline_version) DESC,
+         j.state = 'ready' DESC,
+         CASE WHEN j.state = 'ready' THEN -j.pipeline_version ELSE j.pipeline_version END
 LIMIT 1;
+
+-- name: get_versions
+-- Level 5: every pipeline version of an attachment (one job each) with its results.
+SELECT j.pipeline_version, j.job_id, j.state, j.attempt, j.error_code, j.variants, j.updated_at,
+       coalesce((SELECT jsonb_agg(jsonb_build_object(
+                    'name', r.variant, 'key', r.object_key, 'sha256', trim(r.sha256), 'size', r.size,
+                    'content_type', r.content_type, 'width', r.width, 'height', r.height)
+                    ORDER BY array_position(j.variants, r.variant), r.variant)
+                 FROM results r
+                 WHERE r.attachment_id = j.attachment_id AND r.pipeline_version = j.pipeline_version),
+                '[]'::jsonb) AS results
+FROM jobs j
+WHERE j.attachment_id = %(attachment_id)s
+ORDER BY j.pipeline_version;
+
+-- name: reprocess_job
+-- Operator, level 5: a job for another pipeline version of an existing attachment, in ONE statement: the job
+-- (queued, attempt 1), its event, its outbox row and an audit row (replay_audit with from_attempt = 0: a new
+-- version's job, not a replay). Idempotent: the version's job exists already -> nothing is written (the
+-- caller reads the existing job). Refused (nothing returned) when the original was released.
+WITH source AS (
+    SELECT a.attachment_id FROM attachments a
+     WHERE a.attachment_id = %(attachment_id)s
+       AND EXISTS (SELECT 1 FROM jobs o WHERE o.attachment_id = a.attachment_id AND o.original_purged_at IS NULL)
+), job AS (
+    INSERT INTO jobs (job_id, attachment_id, pipeline_version, variants, state, attempt, expires_at)
+    SELECT %(job_id)s, attachment_id, %(pipeline_version)s, %(variants)s, 'queued', 1,
+           now() + make_interval(secs => %(ttl_seconds)s)
+    FROM source
+    ON CONFLICT (attachment_id, pipeline_version) DO NOTHING
+    RETURNING job_id, attachment_id, attempt, pipeline_version
+), audit AS (
+    INSERT INTO replay_audit (attachment_id, job_id, operator, reason, from_attempt, to_attempt)
+    SELECT attachment_id, job_id, %(operator)s, 'reprocess v' || pipeline_version || ': ' || %(reason)s, 0, attempt
+    FROM job
+), event AS (
+    INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor)
+    SELECT attachment_id, job_id, NULL, 'queued', attempt, 'reprocess v' || pipeline_version || ': ' || %(reason)s,
+           'operator:' || %(operator)s
+    FROM job
+), message AS (
+    INSERT INTO outbox (job_id, attempt) SELECT job_id, attempt FROM job
+)
+SELECT job_id, attachment_id, attempt, pipeline_version FROM job;
+
+-- name: version_job
+SELECT j.job_id, j.attachment_id, j.attempt, j.pipeline_version, j.state
+FROM jobs j WHERE j.attachment_id = %(attachment_id)s AND j.pipeline_version = %(pipeline_version)s;
 
 -- name: get_results
 SELECT variant, object_key, sha256, size, content_type, width, height
@@ -346,10 +484,10 @@ WHERE attachment_id = %(attachment_id)s AND pipeline_version = %(pipeline_versio
 ORDER BY array_position(%(variants)s::text[], variant), variant;
 
 -- name: get_events
-SELECT seq, at, from_state, to_state, attempt, reason, actor, next_attempt_at
-FROM attachment_events
-WHERE attachment_id = %(attachment_id)s
-ORDER BY seq;
+SELECT e.seq, e.at, e.from_state, e.to_state, e.attempt, e.reason, e.actor, e.next_attempt_at, j.pipeline_version
+FROM attachment_events e JOIN jobs j USING (job_id)
+WHERE e.attachment_id = %(attachment_id)s
+ORDER BY e.seq;
 
 -- name: doom_staged_uploads
 -- Sweeper: staging records older than the retention by the database's clock

@@ -317,6 +317,7 @@ def cmd_janitor() -> int:
 
     sweeper_mod.Sweeper._expire_leases = nothing  # no lease to recover: a started job has no deadline
     sweeper_mod.Sweeper._republish_lost = nothing  # no outbox, no relay: nothing republishes a lost message
+    sweeper_mod.Sweeper._expire_queued = nothing  # nobody reads the TTL (see above): no queued job expires
     return main(["sweeper"])
 
 

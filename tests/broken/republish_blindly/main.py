@@ -16,7 +16,7 @@ from reference import sweeper as sweeper_mod
 from reference.cli import main
 
 
-async def _queue_looks_empty(self):
+async def _queue_looks_empty(self, queue_name):
     return 0  # THE BUG: never asks the broker how many messages still wait
 
 

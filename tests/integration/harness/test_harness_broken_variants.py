@@ -54,6 +54,8 @@ CASES = [
     ("exit_after_bad_image", "poison-message", {"role_stability"}),
     # Unprocessable messages nacked with requeue instead of dead-lettered: a requeue loop (BE-JOB-003.3).
     ("dead_letter_requeue_loop", "unparseable-message-dead-lettered", {"dead_letter", "delivery_accounting"}),
+    # A replay of every dead letter acknowledges the ones it cannot map to a job: they vanish (BE-JOB-003.3).
+    ("dlq_replay_drops_unmappable", "dead-letter-replay", {"dead_letter_replay", "dead_letter"}),
     # Every retry waits one constant delay: attempts still bounded, but the backoff neither grows nor spreads
     # (BE-JOB-003.2).
     ("fixed_retry_delay", "retry-budget-exhausted", {"retry_exhaustion"}),
@@ -81,6 +83,12 @@ CASES = [
     # The API never reads the Idempotency-Key header: a repeated key is a new attachment, a key reused for other
     # bytes is accepted (CONTRACT §3).
     ("idempotency_key_ignored", "redelivery-of-ready-job", {"upload_idempotency"}),
+    # Every role reads AMQP_URL alone (AMQP_URLS ignored): on a 3-node cluster whose node it uses is cut off, it
+    # waits for that node instead of connecting to another (its scenario gets a private cluster: grade_variant).
+    ("single_broker", "cluster-node-partitioned", {"broker_failover"}),
+    # Level 5: variant keys without the pipeline version: version 2's claim writes over the objects of the ready
+    # version 1 (the same fencing token, the same key) — a published version's effect overwritten (BE-JOB-002.4).
+    ("version_less_keys", "pipeline-rollout", {"version_isolation"}),
 ]
 # A variant the harness cannot judge and must say so: fault_coverage judges the harness (did every scheduled fault
 # happen?), so it is never invalid, but a window that was never entered leaves the scenario unknown, never valid.
@@ -103,13 +111,23 @@ SIDE_BY_SIDE = 2  # variants graded at once on the shared stack, each with its o
 def grade_variant(stack, folder, variant: str, scenario_name: str) -> tuple[dict, object, int]:
     """Run the variant's scenario, trying its seeds in turn until one shows the bug: (results, run_dir, seed)."""
     sut = adapter.load(REPO_ROOT / "tests" / "broken" / variant)
-    for seed in TIMING_SEEDS.get(variant, (SEED,)):
-        run_dir = folder / f"{variant}-{scenario_name}-s{seed}"
-        results = ScenarioRun(scenarios.find(scenario_name), sut, stack, seed, 4, run_dir=run_dir,
-                              progress=print).execute()
-        if results["verdict"] == "invalid":
-            break
-        print(f"[broken] {variant} not provoked with seed {seed}: {results['verdict']}")
+    scenario = scenarios.find(scenario_name)
+    cluster = None
+    if scenario.rabbitmq_nodes > 1:  # a cluster scenario: a private cluster of its own, stopped after it
+        from harness.stack import Stack
+
+        cluster = stack = Stack.start(folder / f"{variant}-stack", rabbitmq_nodes=scenario.rabbitmq_nodes)
+    try:
+        for seed in TIMING_SEEDS.get(variant, (SEED,)):
+            run_dir = folder / f"{variant}-{scenario_name}-s{seed}"
+            results = ScenarioRun(scenario, sut, stack, seed, max(4, scenario.level), run_dir=run_dir,
+                                  progress=print).execute()
+            if results["verdict"] == "invalid":
+                break
+            print(f"[broken] {variant} not provoked with seed {seed}: {results['verdict']}")
+    finally:
+        if cluster is not None:
+            cluster.stop()
     return results, run_dir, seed
 
 
@@ -122,7 +140,7 @@ def graded(request, stack, tmp_path_factory) -> dict:
                 if getattr(item, "originalname", None) in (TEST_NAME, UNKNOWN_TEST_NAME)}
     chosen = [case for case in CASES + UNKNOWN_CASES if case[:2] in selected]  # a variant may have several cases
     folder = tmp_path_factory.mktemp("broken")
-    alone = [c for c in chosen if runs_alone(scenarios.find(c[1]))]
+    alone = [c for c in chosen if runs_alone(scenarios.find(c[1])) or scenarios.find(c[1]).rabbitmq_nodes > 1]
     out = {c[:2]: grade_variant(stack, folder, c[0], c[1]) for c in alone}
     with ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="broken") as pool:
         futures = {c[:2]: pool.submit(grade_variant, stack, folder, c[0], c[1]) for c in chosen if c not in alone}

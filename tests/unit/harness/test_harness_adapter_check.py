@@ -96,7 +96,7 @@ def test_a_broken_adapter_lists_each_problem_with_its_field(tmp_path, capsys):
 def test_schema_problems_use_the_error_path_as_the_field(tmp_path):
     raw = REFERENCE.read_text().replace('[roles.sweeper]\ncommand = ["reference", "sweeper"]',
                                         '[roles.sweeper]\ncomand = ["reference", "sweeper"]')
-    raw = raw.replace("[timings_env]\n", "[timings_env]\nlease = \"LEASE\"\n").replace("level = 4", "level = 7")
+    raw = raw.replace("[timings_env]\n", "[timings_env]\nlease = \"LEASE\"\n").replace("level = 5", "level = 7")
     path = tmp_path / "adapter.toml"
     path.write_text(raw)
     found = fields(check(path))
@@ -113,7 +113,7 @@ def test_missing_max_attempts_makes_every_scenario_unknown(tmp_path):
     path.write_text(REFERENCE.read_text().replace("max_attempts = 5\n", "").replace('max_attempts = "MAX_ATTEMPTS"\n', ""))
     found = fields(check(path))
     assert list(found) == ["timings.max_attempts"]
-    assert re.search(r"all \d+ scenarios that run at level 4 would be unknown \(bounded_retries(, dead_letter)?(, delivery_accounting)? needs? it\)",
+    assert re.search(r"all \d+ scenarios that run at level [45] would be unknown \(bounded_retries(, dead_letter)?(, delivery_accounting)? needs? it\)",
                      found["timings.max_attempts"])
 
 
@@ -126,7 +126,7 @@ def test_the_reference_adapter_is_clean_and_summarised(capsys):
     assert "roles: api, relay, worker, sweeper" in out and "consumer roles: worker" in out
     assert "recovering roles: sweeper" in out
     assert re.search(r"after_commit_before_publish +-> relay", out)
-    assert re.search(r"at level 4: \d+ scenarios run, \d+ skipped", out)
+    assert re.search(r"at level 5: \d+ scenarios run, \d+ skipped", out)  # the level the reference claims
     assert "  run   worker-paused-past-lease" in out
     assert "  skip  window-commit-ack-sigkill: window-commit-ack-failpoint runs instead (exact window)" in out
     # --level plans another level: fewer scenarios at level 3.

@@ -239,3 +239,25 @@ def test_the_workload_pins_poison_items_to_the_first_middle_and_last_upload():
         workload.fingerprint(workload.plan(7, 17, 0, 3, 1000, poison_at=(), min_side=16))
     with pytest.raises(ValueError):
         workload.plan(7, 5, 0, 1, poison_at=["first", "last"])
+
+
+def test_a_traced_redelivery_of_the_committed_item_counts_toward_the_whole_batch_back():
+    # The crash came between GOOD1's commit and its ack (after_commit_before_ack): the firehose traced GOOD1 and
+    # GOOD2 redelivered after it. The committed item was in flight too — the whole batch came back — and a look
+    # that only counted the queue leaves the trace to say so (it once counted unfinished jobs only: "at most 1").
+    b = crash_batch(Builder(scenario=BATCH, roles=ROLES), peeked=())
+    b.run["adapter"]["consumers"] = ["jobs"]
+    for attachment_id, job, op, kind in ((POISON, "j-p", "u0000", "poison"), (GOOD1, "j-1", "u0001", "good"),
+                                         (GOOD2, "j-2", "u0002", "good")):
+        b.upload(1.0, attachment_id, job_id=job, kind=kind, op=op)
+    for event in b.events:
+        if event["type"] == "queue":
+            event.pop("messages")  # an exact count, nothing listed
+    b.add(0.5, "observe", source="firehose", deliveries=True)
+    for at, attachment_id, job in ((8.2, GOOD1, "j-1"), (8.3, GOOD2, "j-2")):
+        b.add(at, "delivery", job_id=job, attachment_id=attachment_id, attempt=1, redelivered=1, queue="work")
+    b.events.sort(key=lambda e: e["t"])
+    verdict = check(b)
+    crash = next((e for e in verdict.evidence if e.get("failure") == "crash"), None)
+    assert crash is not None, verdict.evidence
+    assert crash["proven_by"] == "returned" and set(crash["returned"]) == {GOOD1, GOOD2}

@@ -80,3 +80,15 @@ def test_totals_sum_a_counter_over_its_labels_and_the_env_template_takes_the_por
     assert totals("shop_jobs_expired_total 4\n", {METRIC}) == {METRIC: 4.0}  # untyped, as a hand-written registry
     assert instance_env({"LISTEN": "127.0.0.1:{metrics_port}", "X": "1"}, 4711) == {"LISTEN": "127.0.0.1:4711",
                                                                                      "X": "1"}
+
+
+def test_jobs_expired_only_by_a_non_consumer_role_count_through_that_roles_metrics():
+    """Issue 12: the sweeper expires queued jobs nobody claimed — the counter of the role that expired them is
+    read and summed like any other (the worker's stays at zero)."""
+    b = builder()
+    read(b, "api", None)
+    read(b, "worker", None)
+    read(b, "sweeper", 2)
+    v = check(b)
+    assert (v.status, v.exercised) == ("valid", True), v.summary
+    assert v.evidence[0]["per_instance"]["sweeper"] == 2

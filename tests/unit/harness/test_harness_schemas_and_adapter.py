@@ -22,7 +22,8 @@ def reference_raw() -> dict:
 def test_reference_adapter_is_valid_and_resolves_by_name():
     a = adapter_mod.load("reference")
     assert a.path == REFERENCE.resolve()
-    assert a.level == 4 and a.has("failpoints") and a.has("replay")
+    assert a.level == 5 and a.has("failpoints") and a.has("replay") and a.has("versions")
+    assert a.version_env(2) == {"PIPELINE_VERSION": "2"} and a.reprocess_path.endswith("/reprocess")
     assert set(a.failpoint_roles) >= set(WINDOWS)
     assert a.timings["lease_seconds"] == float(a.env["LEASE_SECONDS"])
     assert a.timings["max_attempts"] == int(a.env["MAX_ATTEMPTS"])
@@ -162,7 +163,8 @@ def test_scenario_timings_need_an_adapter_variable_and_reach_the_roles_env():
     assert env == {"JOB_TTL_SECONDS": "2"} and timings["job_ttl_seconds"] == 2 and timings["lease_seconds"] == 4
     with pytest.raises(AdapterError, match="lease_seconds"):
         reference.timing_overrides({"lease_seconds": 1})
-    assert reference.summary()["limits"] == {"prefetch": 2} and reference.summary()["consumers"] == ["worker"]
+    assert reference.summary()["limits"] == {"prefetch": 2, "prefetch_env": "PREFETCH"}
+    assert reference.summary()["consumers"] == ["worker"]
 
 
 def relay_in_api_adapter(tmp_path, **role_flags):

@@ -81,3 +81,42 @@ def test_keys_are_server_generated_and_deterministic():
     assert attachment_id_from_staging_key("staging/../../x.jpg") is None
     with pytest.raises(ValueError):
         staging_key("../../x.jpg")
+
+
+def test_draft_rule_only_when_every_variant_is_much_smaller():
+    from reference.imaging import draft_request
+
+    everything = ("thumbnail", "crop", "optimized")
+    assert draft_request((1600, 1200), everything) is None  # the optimized variant is the full image
+    assert draft_request((4032, 3024), everything) is None  # optimized 2048 is more than 1/2.5 of the side
+    assert draft_request((6000, 4000), everything) == (2560, 1707)
+    assert draft_request((4000, 6000), everything) == (1707, 2560)  # rotation-invariant: every box is square
+    assert draft_request((1600, 1200), ("thumbnail",)) == (320, 240)
+    assert draft_request((1600, 1200), ("thumbnail", "crop")) is None  # the crop keeps 512 of a 1200 short side
+
+
+def test_draft_decode_keeps_variant_dimensions_orientation_and_determinism():
+    from reference import imaging
+
+    image = Image.linear_gradient("L").resize((5200, 2600)).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", quality=85, exif=exif.tobytes())
+    data = buffer.getvalue()
+    everything = ("thumbnail", "crop", "optimized")
+    decoded, original = imaging._load(data, Limits(), everything)
+    assert decoded.size == (1300, 2600) and original == (2600, 5200)  # decoded at 1/2, then rotated
+    drafted = render_variants(data, everything, Limits())
+    full = render_variants(data, everything, Limits(), draft=False)
+    assert [(v.width, v.height) for v in drafted] == [(v.width, v.height) for v in full] == [
+        (128, 256), (512, 512), (1024, 2048)]
+    assert [v.data for v in drafted] == [v.data for v in render_variants(data, everything, Limits())]
+
+
+def test_previous_settings_are_still_reachable_for_the_benchmark():
+    data = jpeg_with_exif_orientation(size=(600, 400), orientation=1)
+    old = render_variants(data, ("optimized",), Limits(), methods={"optimized": 4}, draft=False)
+    new = render_variants(data, ("optimized",), Limits())
+    assert (old[0].width, old[0].height) == (new[0].width, new[0].height) == (600, 400)
+    assert old[0].data != new[0].data  # method 4 before, the chosen method now

@@ -42,9 +42,11 @@ def test_renew_defaults_to_a_third_of_the_lease(monkeypatch):
     assert Settings(lease_seconds=4).lease_renew_seconds == pytest.approx(4 / 3)
 
 
-def test_level_is_3_or_4():
-    with pytest.raises(ValidationError):
-        Settings(level=5)
+def test_level_is_3_4_or_5():
+    assert Settings(level=5).variants == Settings(level=4).variants  # level 5 adds pipeline versions, not variants
+    for level in (2, 6):
+        with pytest.raises(ValidationError):
+            Settings(level=level)
 
 
 def test_database_url_conversion():

@@ -46,8 +46,8 @@ def test_lease_recovery_waits_after_an_outage_of_its_own_then_recovers_with_back
         sweeper = sweeper_module.Sweeper(settings)
         sweeper.db = pool = FakePool()
         assert await sweeper._expire_leases() == 0
-        assert [name for name, _ in pool.calls] == ["expire_leases"]
-        params = pool.calls[0][1]
+        assert [name for name, _ in pool.calls] == ["db_now", "expire_leases"]  # a probe first, then recovery
+        params = pool.calls[1][1]
         assert (params["retry_base_seconds"], params["retry_cap_seconds"], params["max_attempts"]) == (0.2, 2.0, 5)
 
         pool.down = True
@@ -61,9 +61,34 @@ def test_lease_recovery_waits_after_an_outage_of_its_own_then_recovers_with_back
         assert [name for name, _ in pool.calls] == ["db_now"]
         grace = sweeper._grace_until - asyncio.get_running_loop().time()
         assert 7.5 < grace <= 8.0
-        assert await sweeper._expire_leases() == 0 and [name for name, _ in pool.calls] == ["db_now"]
+        assert await sweeper._expire_leases() == 0 and [name for name, _ in pool.calls] == ["db_now", "db_now"]
         sweeper._grace_until = asyncio.get_running_loop().time() - 0.01  # the grace is over
         await sweeper._expire_leases()
+        assert [name for name, _ in pool.calls] == ["db_now", "db_now", "db_now", "expire_leases"]
+
+    asyncio.run(scenario())
+
+
+def test_an_outage_the_pool_waited_out_still_gives_cut_off_workers_their_grace(monkeypatch):
+    # A connection pool that waits for the database raises nothing: the sweep that was waiting simply goes on
+    # when the cut heals. Its first call must see that it had no answer for longer than an interval plus a
+    # renew period, and recover nothing yet (it once recovered every lease the cut let lapse, at once).
+    async def scenario():
+        settings = Settings(lease_seconds=4.0, lease_renew_seconds=1.0, sweep_interval_seconds=1.0)
+        monkeypatch.setattr(sweeper_module.ObjectStore, "from_settings", classmethod(lambda cls, *a, **k: None))
+        sweeper = sweeper_module.Sweeper(settings)
+        sweeper.db = pool = FakePool()
+        await sweeper._expire_leases()
         assert [name for name, _ in pool.calls] == ["db_now", "expire_leases"]
+        loop = asyncio.get_running_loop()
+        sweeper._last_contact = loop.time() - 1.5  # an ordinary interval: recovery goes on
+        pool.calls = []
+        await sweeper._expire_leases()
+        assert [name for name, _ in pool.calls] == ["db_now", "expire_leases"]
+        sweeper._last_contact = loop.time() - 6.0  # 6 s without an answer, and no error seen
+        pool.calls = []
+        assert await sweeper._expire_leases() == 0
+        assert [name for name, _ in pool.calls] == ["db_now"]
+        assert 7.5 < sweeper._grace_until - loop.time() <= 8.0
 
     asyncio.run(scenario())

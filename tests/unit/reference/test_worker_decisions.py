@@ -318,7 +318,7 @@ def test_expired_job_is_counted_as_expired_only_when_its_failure_is_recorded(har
     from reference import metrics
 
     def expired_total():
-        return metrics.JOBS_EXPIRED._value.get()
+        return metrics.EXPIRED.labels("worker", "claim")._value.get()
 
     harness.db.answers["claim_job"] = claim_row(expired=True)
     before = expired_total()

@@ -72,6 +72,18 @@ def test_port_allocator_never_repeats():
     assert len(set(taken)) == 50
 
 
+def test_listener_ports_stay_below_the_ephemeral_range_and_are_never_given_twice():
+    # A port the OS hands out for bind(0) (a Toxiproxy proxy made for a tenant ahead, an outgoing connection)
+    # must never be one a role is about to bind: that collision once left an API unable to start.
+    from harness.stack.ports import _ephemeral_low, listener_port
+    low = _ephemeral_low()
+    taken = [listener_port() for _ in range(30)] + [PortAllocator().take() for _ in range(30)]
+    assert len(set(taken)) == 60 and all(p < low for p in taken)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        assert s.getsockname()[1] >= low  # what the OS picks is in the other range
+
+
 def test_service_process_kills_its_whole_group(tmp_path):
     # A parent that starts a child which outlives it: killing the group must take both.
     script = "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); time.sleep(60)"

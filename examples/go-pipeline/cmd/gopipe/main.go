@@ -134,7 +134,7 @@ func runAPI(ctx context.Context, cfg config.Config, fps *failpoint.Set, identity
 	server := &api.Server{Config: cfg, Store: db, Objects: objects, Failpoints: fps, Metrics: reg, Actor: "intake"}
 	r := &relay.Relay{
 		Store:      db,
-		Session:    &broker.Session{URL: cfg.AMQPURL, Name: "gopipe-relay-" + identity, Confirm: true},
+		Session:    &broker.Session{URL: cfg.BrokerURLs(), Name: "gopipe-relay-" + identity, Confirm: true},
 		Failpoints: fps, Poll: cfg.OutboxPoll, Lock: cfg.OutboxLock, Timeout: cfg.IOTimeout, Batch: 50,
 	}
 	r.Register(reg)
@@ -188,7 +188,7 @@ func runWorker(ctx context.Context, cfg config.Config, fps *failpoint.Set, ident
 	w := &worker.Worker{
 		Config: cfg, Store: db, Objects: objects, Failpoints: fps,
 		Identity: "w-" + identity,
-		Session:  &broker.Session{URL: cfg.AMQPURL, Name: "gopipe-worker-" + identity, Prefetch: cfg.Prefetch},
+		Session:  &broker.Session{URL: cfg.BrokerURLs(), Name: "gopipe-worker-" + identity, Prefetch: cfg.Prefetch},
 		Limits:   imaging.DefaultLimits,
 		Backoff:  backoff.Policy{Base: cfg.RetryBase, Cap: cfg.RetryCap},
 	}
@@ -211,7 +211,7 @@ func runSweeper(ctx context.Context, cfg config.Config) error {
 	// but declaring the topology at start keeps every role self-sufficient.
 	if cfg.AMQPURL != "" {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		if err := broker.DeclareOnce(dctx, cfg.AMQPURL, "gopipe-sweeper"); err != nil {
+		if err := broker.DeclareOnce(dctx, cfg.BrokerURLs(), "gopipe-sweeper"); err != nil {
 			slog.Warn("could not declare the broker topology (the api and workers will)", "err", err)
 		}
 		cancel()
@@ -219,7 +219,7 @@ func runSweeper(ctx context.Context, cfg config.Config) error {
 	reg := metrics.New()
 	s := &sweeper.Sweeper{Config: cfg, Store: db, Objects: objects}
 	if cfg.AMQPURL != "" {
-		queue := &broker.Session{URL: cfg.AMQPURL, Name: "gopipe-sweeper"}
+		queue := &broker.Session{URL: cfg.BrokerURLs(), Name: "gopipe-sweeper"}
 		defer queue.Close()
 		s.ReadyMessages = queue.ReadyMessages
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // broker restarts, the network is cut or a channel error closes the channel,
 // the next Channel call dials again and re-declares the topology.
 type Session struct {
-	URL      string
+	URL      string // one broker, or a cluster's nodes comma-separated (AMQP_URLS)
 	Name     string // connection name shown in the management UI
 	Confirm  bool   // publisher confirms on the channel
 	Prefetch int    // basic.qos for consumers (0: none set)
@@ -23,6 +24,7 @@ type Session struct {
 	mu   sync.Mutex
 	conn *amqp.Connection
 	ch   *amqp.Channel
+	next int // the node dialled first: the last one reached, the next one once its connection was lost
 }
 
 const (
@@ -38,17 +40,30 @@ func (s *Session) Channel(ctx context.Context) (*amqp.Channel, error) {
 	if s.ch != nil && !s.ch.IsClosed() && s.conn != nil && !s.conn.IsClosed() {
 		return s.ch, nil
 	}
+	urls := strings.Split(s.URL, ",")
+	if s.conn != nil && len(urls) > 1 { // the connection was lost: start with the next node
+		s.next = (s.next + 1) % len(urls)
+	}
 	s.closeLocked()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(s.Name)
-	conn, err := amqp.DialConfig(s.URL, amqp.Config{
-		Heartbeat:  heartbeat,
-		Dial:       amqp.DefaultDial(dialTimeout),
-		Properties: props,
-	})
+	var conn *amqp.Connection
+	var err error
+	for step := range urls {
+		index := (s.next + step) % len(urls)
+		conn, err = amqp.DialConfig(strings.TrimSpace(urls[index]), amqp.Config{
+			Heartbeat:  heartbeat,
+			Dial:       amqp.DefaultDial(dialTimeout),
+			Properties: props,
+		})
+		if err == nil {
+			s.next = index
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("amqp dial: %w", err)
 	}

@@ -20,6 +20,7 @@ import (
 type Config struct {
 	DatabaseURL string
 	AMQPURL     string
+	AMQPURLs    string // AMQP_URLS: a cluster's nodes, comma-separated (unset on one node)
 
 	S3Endpoint  string
 	S3Bucket    string
@@ -64,6 +65,7 @@ func Load() (Config, error) {
 	c := Config{
 		DatabaseURL:   os.Getenv("DATABASE_URL"),
 		AMQPURL:       os.Getenv("AMQP_URL"),
+		AMQPURLs:      os.Getenv("AMQP_URLS"),
 		S3Endpoint:    os.Getenv("S3_ENDPOINT_URL"),
 		S3Bucket:      os.Getenv("S3_BUCKET"),
 		S3AccessKey:   os.Getenv("S3_ACCESS_KEY"),
@@ -111,6 +113,14 @@ func Load() (Config, error) {
 }
 
 // Variants lists the variants promised at the configured level.
+// BrokerURLs is AMQP_URLS when set (every node of a cluster), else AMQP_URL.
+func (c Config) BrokerURLs() string {
+	if strings.TrimSpace(c.AMQPURLs) != "" {
+		return c.AMQPURLs
+	}
+	return c.AMQPURL
+}
+
 func (c Config) Variants() []string {
 	if c.Level >= 4 {
 		return []string{"thumbnail", "crop", "optimized"}
