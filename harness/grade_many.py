@@ -349,7 +349,16 @@ class SubmissionGrade:
         deadline = time.monotonic() + settle
         for t in [t for t in threading.enumerate() if t not in threads_before and t is not self.thread]:
             t.join(max(0.0, deadline - time.monotonic()))
-        kill_ours({pid: "process" for pid in our_children(since, stack_pids)}, self.say)
+        # A thread that outlived the settle (a role's exit watcher, a fault timer) may still start a process after
+        # a kill: kill by PID until two looks a second apart find nothing new (at most ten).
+        quiet = 0
+        for _ in range(10):
+            left = our_children(since, stack_pids)
+            kill_ours({pid: "process" for pid in left}, self.say)
+            quiet = 0 if left else quiet + 1
+            if quiet >= 2:
+                break
+            time.sleep(1.0)
         if self.thread.is_alive():
             self.say(f"    the grade of {self.submission.name} did not stop; abandoned (its thread is a daemon)")
 

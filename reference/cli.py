@@ -122,62 +122,57 @@ def cmd_sweeper(_: argparse.Namespace) -> int:
     return _run_role("sweeper", Sweeper)
 
 
-def cmd_replay(args: argparse.Namespace) -> int:
-    settings = _settings("replay")
+def _on_one_attachment(name: str, attachment_id_text: str, act, refused: type[Exception], render) -> int:
+    """An operator command on one attachment, with the database credentials as the authority (the HTTP endpoints
+    need OPERATOR_TOKEN): ``act(conn, settings, attachment_id)`` in one connection; a refusal is printed as an error
+    (exit 1), a bad id too (exit 2), the outcome as ``render(done)`` (exit 0)."""
+    settings = _settings(name)
     from reference.db.pool import connect
-    from reference.replay import ReplayRefused, replay
 
     try:
-        attachment_id = uuid.UUID(args.attachment_id)
+        attachment_id = uuid.UUID(attachment_id_text)
     except ValueError:
         print(json.dumps({"error": {"code": "invalid_id", "message": "not a UUID"}}))
         return 2
 
     async def main() -> int:
-        conn = await connect(settings, "reference-replay")
+        conn = await connect(settings, f"reference-{name}")
         async with conn:
             try:
-                done = await replay(conn, attachment_id, reason=args.reason, operator=args.operator,
-                                    ttl_seconds=settings.job_ttl_seconds)
-            except ReplayRefused as exc:
+                done = await act(conn, settings, attachment_id)
+            except refused as exc:
                 print(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
                 return 1
-        print(json.dumps({"attachment_id": str(done.attachment_id), "job_id": str(done.job_id),
-                          "attempt": done.attempt}))
+        print(json.dumps(render(done)))
         return 0
 
     return asyncio.run(main())
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from reference.replay import ReplayRefused, replay
+
+    return _on_one_attachment(
+        "replay", args.attachment_id,
+        lambda conn, settings, attachment_id: replay(conn, attachment_id, reason=args.reason, operator=args.operator,
+                                                     ttl_seconds=settings.job_ttl_seconds),
+        ReplayRefused,
+        lambda done: {"attachment_id": str(done.attachment_id), "job_id": str(done.job_id), "attempt": done.attempt})
 
 
 def cmd_reprocess(args: argparse.Namespace) -> int:
-    """Level 5: a job for another pipeline version of an attachment (audited, idempotent); like `replay`, the
-    database credentials are the authority here (the HTTP endpoint needs OPERATOR_TOKEN)."""
-    settings = _settings("reprocess")
-    from reference.db.pool import connect
+    """Level 5: a job for another pipeline version of an attachment (audited, idempotent)."""
     from reference.reprocess import ReprocessRefused, reprocess
 
-    try:
-        attachment_id = uuid.UUID(args.attachment_id)
-    except ValueError:
-        print(json.dumps({"error": {"code": "invalid_id", "message": "not a UUID"}}))
-        return 2
-
-    async def main() -> int:
-        conn = await connect(settings, "reference-reprocess")
-        async with conn:
-            try:
-                done = await reprocess(conn, attachment_id, pipeline_version=args.pipeline_version,
-                                       reason=args.reason, operator=args.operator, variants=settings.variants,
-                                       ttl_seconds=settings.job_ttl_seconds)
-            except ReprocessRefused as exc:
-                print(json.dumps({"error": {"code": exc.code, "message": exc.message}}))
-                return 1
-        print(json.dumps({"attachment_id": str(done.attachment_id), "job_id": str(done.job_id),
-                          "pipeline_version": done.pipeline_version, "attempt": done.attempt, "state": done.state,
-                          "created": done.created}))
-        return 0
-
-    return asyncio.run(main())
+    return _on_one_attachment(
+        "reprocess", args.attachment_id,
+        lambda conn, settings, attachment_id: reprocess(
+            conn, attachment_id, pipeline_version=args.pipeline_version, reason=args.reason, operator=args.operator,
+            variants=settings.variants, ttl_seconds=settings.job_ttl_seconds),
+        ReprocessRefused,
+        lambda done: {"attachment_id": str(done.attachment_id), "job_id": str(done.job_id),
+                      "pipeline_version": done.pipeline_version, "attempt": done.attempt, "state": done.state,
+                      "created": done.created})
 
 
 def cmd_dlq_list(args: argparse.Namespace) -> int:

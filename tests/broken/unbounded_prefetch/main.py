@@ -12,10 +12,21 @@ still holds: the bug is the unbounded local queue, not extra parallelism).
 
 import sys
 
-from reference.cli import main
-from reference.settings import Settings
+import aio_pika
 
-Settings.effective_prefetch = property(lambda self: 0)  # THE BUG: basic.qos(prefetch_count=0) = unlimited
+from reference.cli import main
+
+_set_qos = aio_pika.Channel.set_qos
+
+
+async def _unlimited_qos(self, *args, **kwargs):
+    kwargs["prefetch_count"] = 0  # THE BUG: basic.qos(prefetch_count=0) = unlimited
+    return await _set_qos(self, *args, **kwargs)
+
+
+# Patched at the broker call, not in the settings: the settings' own checks (a batch never larger than the
+# prefetch) still see the configured prefetch, as they would in a service that forgot to pass it on.
+aio_pika.Channel.set_qos = _unlimited_qos
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,7 +19,7 @@ SEEDS = [4253, 4255]  # a crash failpoint, SIGSTOP, SIGKILL, injected messages; 
 def test_a_short_soak_of_the_reference_has_no_false_alarm(stack, tmp_path, capsys):
     sut = adapter.load("reference")
     lines: list[str] = []
-    results, soak_dir = soak.soak(sut, "reference", SEEDS, uploads=10, parallel=2, reports_dir=tmp_path,
+    results, soak_dir = soak.soak(sut, "reference", SEEDS, uploads=10, level=4, parallel=2, reports_dir=tmp_path,
                                   stack=stack, progress=lines.append)
     summary = results["summary"]
     assert summary["false_alarms"] == [], json.dumps(summary["false_alarms"], indent=1)

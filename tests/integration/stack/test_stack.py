@@ -29,8 +29,10 @@ def test_stack_up_then_down_leaves_no_process_and_no_port(tmp_path):
     assert up.returncode == 0, up.stderr
     info = json.loads(up.stdout)
     assert set(info["pids"]) == {"postgres", "rabbitmq", "s3", "toxiproxy", "epmd"}
-    for url in list(info["direct"].values()) + list(info["proxied"].values()):
-        assert "127.0.0.1" in url
+    for name, url in list(info["direct"].items()) + list(info["proxied"].items()):
+        if name == "amqp_urls" and url == "":
+            continue  # the broker list is only given for a cluster (--rabbitmq-nodes > 1)
+        assert "127.0.0.1" in url, (name, url)
     assert all(group_members(pid) for pid in info["pids"].values()), "every service runs after `up`"
 
     down = subprocess.run([sys.executable, "-m", "harness.cli", "stack", "down", "--run-dir", str(run_dir)],
