@@ -45,6 +45,21 @@ def free_port() -> int:
     return listener_port()
 
 
+def wait_http_healthy(adapter, base_url: str, timeout: float | None = None) -> None:
+    """Poll the HTTP role's health path (adapter [http]) until it answers 200, or raise TimeoutError."""
+    timeout = timeout or float(adapter.http.get("startup_timeout_seconds", 30))
+    path = adapter.http.get("health_path", "/healthz")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(base_url + path, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{base_url}{path} not healthy after {timeout}s")
+
+
 def with_port(url: str, port: int) -> str:
     """``url`` with its port replaced (a role's own proxy in front of the same service)."""
     from urllib.parse import urlsplit, urlunsplit
@@ -401,17 +416,7 @@ class ScenarioRun:
         return self.instances_of(role)[0]
 
     def _wait_healthy(self, timeout: float | None = None) -> None:
-        timeout = timeout or float(self.adapter.http.get("startup_timeout_seconds", 30))
-        deadline = time.monotonic() + timeout
-        path = self.adapter.http.get("health_path", "/healthz")
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.base_url + path, timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.base_url}{path} not healthy after {timeout}s")
+        wait_http_healthy(self.adapter, self.base_url, timeout)
 
     def _on_exit(self, instance, info) -> None:
         if self.stopping.is_set():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.runner import free_port
+from harness.runner import free_port, wait_http_healthy
 from harness.supervisor import Supervisor, group_members
 
 
@@ -88,17 +88,7 @@ class Deployment:
             self.wait_healthy()
 
     def wait_healthy(self) -> None:
-        timeout = float(self.adapter.http.get("startup_timeout_seconds", 30))
-        path = self.adapter.http.get("health_path", "/healthz")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.base_url + path, timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"{self.base_url}{path} not healthy after {timeout}s")
+        wait_http_healthy(self.adapter, self.base_url)
 
     def consumer_rss_kib(self) -> int:
         return sum(group_rss_kib(i.pid) for n, i in self.supervisor.instances.items()

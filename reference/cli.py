@@ -50,8 +50,6 @@ def cmd_migrate(_: argparse.Namespace) -> int:
             ObjectStore.from_settings(settings).ensure_bucket()
 
             async def declare() -> None:
-                import aio_pika
-
                 connection = await brokers.connect(settings, timeout=5)
                 async with connection:
                     channel = await connection.channel()

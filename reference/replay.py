@@ -10,10 +10,16 @@ from reference.db.queries import queries
 from reference.metrics import REPLAYS
 
 
-class ReplayRefused(Exception):
+class OperatorRefused(Exception):
+    """An operator operation refused: the HTTP status, a stable error code and a message (CLI and admin API)."""
+
     def __init__(self, status: int, code: str, message: str):
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+
+
+class ReplayRefused(OperatorRefused):
+    pass
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,11 @@ import uuid
 from dataclasses import dataclass
 
 from reference.db.queries import queries
+from reference.replay import OperatorRefused
 
 
-class ReprocessRefused(Exception):
-    def __init__(self, status: int, code: str, message: str):
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
+class ReprocessRefused(OperatorRefused):
+    pass
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import aio_pika
-
 from reference import brokers, metrics, topology
 from reference.db.pool import open_pool
 from reference.db.queries import queries
