@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timezone
 
-import httpx
+from . import http_clients
 
 
 def iso_now() -> str:
@@ -68,7 +68,7 @@ def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None,
     final = {"read_ok": True, "errors": [], "attachments": {}, "read_at": iso_now()}
     s3 = s3_client(s3_env)
     bucket = s3_env["S3_BUCKET"]
-    with httpx.Client(base_url=base_url, timeout=10) as client:
+    with http_clients.client(base_url=base_url, timeout=10) as client:
         def read_one(attachment_id: str) -> tuple[dict, str | None]:
             record: dict = {"status": None}
             try:

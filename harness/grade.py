@@ -15,7 +15,7 @@ from .checklist import ITEMS
 from .checkers import combine
 from .defaults import DEFAULT_PARALLEL  # noqa: F401 - re-exported for callers of grade()
 from .report import write_grade_reports
-from .runner import REPORTS_DIR, ScenarioRun, check_run_dir
+from .runner import REPORTS_DIR, ScenarioRun, check_run_dir, prepare_ahead
 from . import tenants_ahead, timing
 
 ALL_REQUIREMENTS = [f"BE-JOB-00{i}" for i in range(1, 8)]
@@ -259,7 +259,9 @@ def plan(adapter, level: int, only: list[str] | None = None):
 def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stack=None, reports_dir: Path | None = None,
           progress=print, keep_data: bool = False, parallel: int = 1) -> tuple[dict, Path]:
     """Grade on one stack. ``parallel`` > 1 runs that many scenarios side by side (each with its own tenant and
-    Toxiproxy proxies); a scenario that restarts a service runs alone, before the others."""
+    Toxiproxy proxies). A scenario that restarts a service every run depends on runs on a second stack of its own,
+    beside the others, when the grade starts its stacks; with a stack given (or one declared exclusive) it runs
+    alone, before the others."""
     began = time.monotonic()
     chosen, skipped, required, required_items = plan(adapter, level, only)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -285,16 +287,20 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
     started = iter(range(1, len(chosen) + 1))
     run_timings: dict[str, tuple[dict, dict]] = {}
     alone = [s for s in chosen if parallel > 1 and runs_alone(s)]
+    # Restarting a service of its own second stack disturbs no other run: these run one after another on it, side by
+    # side with the shared scenarios, instead of holding every other run back while they restart the shared one.
+    beside = [s for s in alone if own_stack and not s.raw.get("exclusive")]
+    alone = [s for s in alone if s not in beside]
 
-    def run_one(scenario) -> None:
+    def run_one(scenario, on_stack=None) -> None:
         with lock:
             index = next(started)
         progress(f"--- [{index}/{len(chosen)}] {scenario.name} (level {scenario.level}, "
                  f"{', '.join(scenario.raw['requirements'])})")
         t = time.monotonic()
         run_dir = grade_dir / scenario.name
-        run = ScenarioRun(scenario, adapter, stack, seed, level, run_dir=run_dir, progress=progress)
-        exclusive = ahead is not None and runs_alone(scenario) is not None
+        run = ScenarioRun(scenario, adapter, on_stack or stack, seed, level, run_dir=run_dir, progress=progress)
+        exclusive = ahead is not None and scenario in alone
         if exclusive:
             ahead.hold()
         run.tenants_ahead = ahead
@@ -317,22 +323,64 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
             run_timings[scenario.name] = (result.get("timings") or {}, result.get("timings_detail") or {})
         progress(f"    {scenario.name}: {result['verdict'].upper()} in {seconds:.1f}s")
 
-    shared = (sorted((s for s in chosen if s not in alone), key=lambda s: expected_seconds(s, adapter.timings),
+    shared = (sorted((s for s in chosen if s not in alone and s not in beside),
+                     key=lambda s: expected_seconds(s, adapter.timings),
                      reverse=True) if parallel > 1 else chosen)
-    # The next scenarios' tenants are made while the running ones work and drain (harness/tenants_ahead.py), in the
-    # order they start; a scenario that restarts a service makes its own, with nothing being made meanwhile.
-    ahead = (tenants_ahead.TenantsAhead(stack, seed, [s.name for s in shared], depth=2, held=bool(alone))
+    # The next scenarios' tenants (and their setup commands) are made while the running ones work and drain
+    # (harness/tenants_ahead.py), in the order they start; a scenario that restarts a service makes its own, with
+    # nothing being made meanwhile.
+    by_name = {s.name: s for s in shared}
+    ahead = (tenants_ahead.TenantsAhead(stack, seed, [s.name for s in shared], depth=2, held=bool(alone),
+                                        prepare=lambda name, tenant: prepare_ahead(adapter, by_name[name], level,
+                                                                                   tenant))
              if tenants_ahead.enabled() else None)
+    beside_pool = ThreadPoolExecutor(1, thread_name_prefix="beside") if beside else None
+    fallback: list = []  # the second stack's scenarios, when it could not start: alone on the first, at the end
+
+    def run_beside() -> None:
+        from .stack import Stack
+
+        t = time.monotonic()
+        try:
+            second = Stack.start(grade_dir / "stack-beside", keep_data=keep_data)
+        except Exception as exc:
+            progress(f"second stack did not start ({exc}); {', '.join(s.name for s in beside)} will run alone on "
+                     "the first stack, after the others")
+            fallback.extend(beside)
+            return
+        timings["stack_beside_start"] = round(time.monotonic() - t, 2)
+        try:
+            for scenario in beside:
+                run_one(scenario, on_stack=second)
+        finally:
+            second.stop()
+
     try:
+        beside_done = beside_pool.submit(run_beside) if beside_pool else None
         for scenario in alone:
             run_one(scenario)
         if ahead is not None and alone:
             ahead.resume()  # the services are no longer restarted: the shared scenarios' tenants are made ahead
-        if parallel == 1:
-            for scenario in shared:
-                run_one(scenario)
-        else:
-            _run_side_by_side(shared, run_one, parallel, active, lock)
+        try:
+            if parallel == 1:
+                for scenario in shared:
+                    run_one(scenario)
+            else:
+                _run_side_by_side(shared, run_one, parallel, active, lock)
+        except BaseException:
+            with lock:
+                running = list(active.values())
+            for run in running:  # the scenario on the second stack too
+                run.abort()
+            raise
+        finally:
+            if beside_pool:
+                beside_pool.shutdown(wait=True)
+        if beside_done is not None:
+            beside_done.result()  # its failure is the grade's, as for any scenario
+        for scenario in fallback:
+            alone.append(scenario)  # holds the tenants made ahead while it restarts a shared service
+            run_one(scenario)
     finally:
         ahead_stats = ahead.close() if ahead is not None else None
         if own_stack:
@@ -347,6 +395,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
     results["time_went"] = timing.summarise(
         [(s.name, *run_timings[s.name]) for s in chosen if s.name in run_timings], timings["total"], parallel,
         {"stack_start": timings.get("stack_start"), "stack_stop": timings.get("stack_stop"),
+         **({"beside": {"scenarios": [s.name for s in beside if s not in fallback],
+                        "stack_start": timings.get("stack_beside_start")}} if beside else {}),
          **({"tenants_ahead": ahead_stats} if ahead_stats else {})})
     write_grade_reports(grade_dir, results)
     return results, grade_dir

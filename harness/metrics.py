@@ -9,8 +9,9 @@ event per instance in the history; checkers read those events, never the endpoin
 
 from __future__ import annotations
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from . import http_clients
 
 PORT_PLACEHOLDER = "{metrics_port}"
 READ_TIMEOUT_SECONDS = 3.0
@@ -35,7 +36,7 @@ def totals(text: str, names: set[str]) -> dict[str, float]:
 def read(url: str, names: set[str]) -> dict:
     """One read of a /metrics endpoint: the named totals, or the error that kept them from being read."""
     try:
-        answer = httpx.get(url, timeout=READ_TIMEOUT_SECONDS)
+        answer = http_clients.get(url, timeout=READ_TIMEOUT_SECONDS)
         answer.raise_for_status()
         return {"ok": True, "values": totals(answer.text, names)}
     except Exception as exc:  # recorded, never raised: a role without its metrics makes a check unknown, not a crash

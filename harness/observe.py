@@ -18,9 +18,11 @@ import json
 import threading
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from . import http_clients
 from .final_state import utc_text
 
 
@@ -98,25 +100,39 @@ class ObjectWatcher(Poller):
 
 
 class ApiObserver(Poller):
-    """Polls each watched attachment's status (and events) every ``interval``. An attachment that is terminal and
-    did not change on its last read is re-read only every ``QUIET_SECONDS``: a regression or a late transition
+    """Polls each watched attachment's status (and events) every ``interval``, within a budget of reads a second
+    (an unfinished attachment is re-read less often when many are). An attachment that is terminal and did not
+    change on its last read is re-read only every ``QUIET_SECONDS`` or more: a regression or a late transition
     still shows (and the final read sees every event), while a grade's API is not kept busy answering for work
-    that is done. The harness's own changes (an operator replay) re-read at once (``poll_one``)."""
+    that is done. The harness's own changes (an operator replay) re-read at once (``poll_one``).
+
+    A long run (a soak of thousands of uploads) reads its due attachments on ``POLL_THREADS`` threads, unfinished
+    ones first: one thread waiting on each answer in turn was the soak's bottleneck. Reads of one attachment never
+    overlap (a lock per attachment), so its lines stay in the order they were seen."""
 
     QUIET_SECONDS = 1.0
+    POLL_THREADS = 8
+    SERIAL_UP_TO = 50  # a grade's scenario (tens of uploads) keeps the plain loop on the observer's own thread
     # A long run (a soak of thousands of uploads) re-reads its quiet terminal attachments at most this many per
     # second in all (their re-read period grows with their number): N × duration reads, not one each per second.
     QUIET_READS_PER_SECOND = 50.0
+    # A small run (a grade's scenario) reads its unfinished attachments about this many times a second in all: one
+    # or a few are read at every tick; a backlog of 40 held uploads every 0.8 s, not 10 times a second each (its
+    # transitions are in /events either way). Quiet terminal ones: at most SMALL_QUIET_READS_PER_SECOND in all.
+    SMALL_UNFINISHED_READS_PER_SECOND = 50.0
+    SMALL_QUIET_READS_PER_SECOND = 20.0
 
-    def __init__(self, base_url: str, history, interval: float = 0.1, events: bool = True):
+    def __init__(self, base_url: str, history, interval: float = 0.1, events: bool = True, transport=None):
         super().__init__("api-observer", interval)
-        self.client = httpx.Client(base_url=base_url, timeout=3)
+        self.client = http_clients.client(base_url=base_url, timeout=3, transport=transport)
         self.history = history
         self.events = events
         self._ids: list[str] = []
         self._known: set[str] = set()
         self._lock = threading.Lock()
-        self._poll_lock = threading.Lock()
+        self._poll_locks: dict[str, threading.Lock] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._terminal: set[str] = set()
         self.states: dict[str, str] = {}
         self.seen_seq: dict[str, set] = {}
         self.first_seen: dict[str, dict[str, float]] = {}  # attachment -> state -> wall when first observed
@@ -140,13 +156,34 @@ class ApiObserver(Poller):
 
     def tick(self) -> None:
         now = time.monotonic()
-        for attachment_id in self.ids:
-            if self.next_read.get(attachment_id, 0.0) <= now:
+        due = [a for a in self.ids if self.next_read.get(a, 0.0) <= now]
+        if len(due) <= self.SERIAL_UP_TO or self.POLL_THREADS <= 1:
+            for attachment_id in due:
                 self.poll_one(attachment_id)
+            return
+        due.sort(key=lambda a: a in self._terminal)  # the drain waits on the unfinished ones
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.POLL_THREADS, thread_name_prefix="api-observer")
+        failed = threading.Event()  # an API that does not answer ends the tick, not one timeout per attachment
+
+        def read(attachment_id: str) -> None:
+            if failed.is_set():
+                return
+            try:
+                self.poll_one(attachment_id)
+            except Exception:
+                failed.set()
+                raise
+
+        errors = [f.exception() for f in [self._pool.submit(read, a) for a in due]]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
 
     def poll_one(self, attachment_id: str) -> None:
-        # Also called by the nemesis while it waits for a trigger: one poll at a time keeps the record in order.
-        with self._poll_lock:
+        # Also called by the nemesis while it waits for a trigger: one read of an attachment at a time keeps its
+        # record in order (reads of different attachments may overlap).
+        with self._poll_locks.setdefault(attachment_id, threading.Lock()):
             self._poll_one(attachment_id)
 
     def _poll_one(self, attachment_id: str) -> None:
@@ -164,6 +201,10 @@ class ApiObserver(Poller):
                                     attachment_id=attachment_id)
         if changed:
             self.states[attachment_id] = state
+            if state in ("ready", "failed"):
+                self._terminal.add(attachment_id)
+            else:
+                self._terminal.discard(attachment_id)
             self.first_seen.setdefault(attachment_id, {}).setdefault(state, time.time())
             self.history.append("state", attachment_id=attachment_id, state=state, attempt=body.get("attempt"),
                                 error_code=body.get("error_code"))
@@ -187,10 +228,15 @@ class ApiObserver(Poller):
                                        if event.get("pipeline_version") is not None else {}))
                 self.first_seen.setdefault(attachment_id, {}).setdefault(event.get("to"), time.time())
         quiet = state in ("ready", "failed") and not changed
-        quiet_period = max(self.QUIET_SECONDS, len(self._known) / self.QUIET_READS_PER_SECOND)
-        # Unchanged and not terminal: read again at once in a small run; in a long one (a backlog of thousands)
-        # spread so that the reads of every pending attachment stay near 4 × QUIET_READS_PER_SECOND a second.
-        waiting = 0.0 if len(self._known) <= 50 or changed else len(self._known) / (4 * self.QUIET_READS_PER_SECOND)
+        unfinished = len(self._known) - len(self._terminal)
+        if len(self._known) <= self.SERIAL_UP_TO:
+            quiet_period = max(self.QUIET_SECONDS, len(self._terminal) / self.SMALL_QUIET_READS_PER_SECOND)
+            waiting = 0.0 if changed else unfinished / self.SMALL_UNFINISHED_READS_PER_SECOND
+        else:
+            quiet_period = max(self.QUIET_SECONDS, len(self._known) / self.QUIET_READS_PER_SECOND)
+            # Unchanged and not terminal, in a long run: at most once a second, and (a backlog of thousands) spread
+            # so that all unfinished reads stay near 4 × QUIET_READS_PER_SECOND a second.
+            waiting = 0.0 if changed else max(self.QUIET_SECONDS, unfinished / (4 * self.QUIET_READS_PER_SECOND))
         self.next_read[attachment_id] = time.monotonic() + (quiet_period if quiet else waiting)
 
     def _record_versions(self, attachment_id: str, body: dict) -> bool:
@@ -219,6 +265,11 @@ class ApiObserver(Poller):
     def count_in(self, *states: str) -> int:
         return sum(1 for s in self.states.values() if s in states)
 
+    def halt(self) -> None:
+        super().halt()
+        if self._pool is not None:  # its threads end with the run (a grade runs many)
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
     def close(self) -> None:
         self.halt()
         self.client.close()
@@ -229,7 +280,7 @@ class FailoverClient:
     that cannot reach a node (killed, restarting) goes to the next, which then stays the current one."""
 
     def __init__(self, urls, **options):
-        self.clients = [httpx.Client(base_url=url, **options) for url in urls]
+        self.clients = [http_clients.client(base_url=url, **options) for url in urls]
         self.current = 0
 
     def request(self, method: str, url: str, **options) -> httpx.Response:
@@ -271,7 +322,7 @@ class Management:
         self.urls = list(management_urls) or [management_url]
         options = {"auth": management_auth(amqp_url), "timeout": timeout}
         self.client = (FailoverClient(self.urls, **options) if len(self.urls) > 1
-                       else httpx.Client(base_url=management_url, **options))
+                       else http_clients.client(base_url=management_url, **options))
 
     @property
     def clustered(self) -> bool:

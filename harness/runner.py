@@ -27,7 +27,7 @@ import httpx
 from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
 from chaos import kinds as fault_kinds
 
-from . import checkers, clock, metrics, tenants_ahead, timing, workload
+from . import checkers, clock, http_clients, metrics, tenants_ahead, timing, workload
 from .final_state import read_final, staging_retention_wait
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
@@ -50,14 +50,62 @@ def wait_http_healthy(adapter, base_url: str, timeout: float | None = None) -> N
     timeout = timeout or float(adapter.http.get("startup_timeout_seconds", 30))
     path = adapter.http.get("health_path", "/healthz")
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(base_url + path, timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+    with http_clients.client(timeout=1) as client:
+        while time.monotonic() < deadline:
+            try:
+                if client.get(base_url + path).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
     raise TimeoutError(f"{base_url}{path} not healthy after {timeout}s")
+
+
+def run_environment(adapter, scenario, level: int, tenant, port: int, role_tmp: str) -> tuple[dict, dict]:
+    """The timings in effect and the environment every role and the setup command start with (a role adds its own):
+    the adapter's [env], a scenario's [timings] through the adapter's [timings_env], the tenant's proxied services."""
+    timings_in_effect, timing_env = adapter.timing_overrides(scenario.raw.get("timings") or {})
+    common = {**os.environ, **adapter.env, **timing_env, "HTTP_PORT": str(port), "LEVEL": str(level),
+              "OPERATOR_TOKEN": adapter.operator_token, "FAILPOINTS": "", "TMPDIR": role_tmp}
+    common.pop("VIRTUAL_ENV", None)
+    return timings_in_effect, {**common, **tenant.env(proxied=True)}
+
+
+def run_setup_command(adapter, env: dict, log_path: Path) -> tuple[int, float]:
+    """Run the adapter's [setup] command once for a fresh tenant, its output in ``log_path``: (exit code, seconds)."""
+    setup = adapter.setup
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    with open(log_path, "wb") as log:
+        done = subprocess.run(adapter.resolve_command(setup["command"]),
+                              env={**env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
+                              stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
+                              start_new_session=True)
+    return done.returncode, time.monotonic() - began
+
+
+def prepare_ahead(adapter, scenario, level: int, tenant):
+    """For a grade's tenants made ahead: this run's port, role folder and environment chosen now, and the adapter's
+    setup command run in the fresh tenant with them, as the run would at its start. None when the adapter has no
+    setup command (nothing to gain). A setup that fails here raises: the grade drops the tenant and the run makes
+    its own, meeting the same failure in its own history."""
+    if not adapter.setup:
+        return None
+    port = int(adapter.http["port"]) or free_port()
+    role_tmp = tempfile.mkdtemp(prefix="harness-roles-")
+    log_fd, log_path = tempfile.mkstemp(prefix="harness-setup-", suffix=".log")
+    os.close(log_fd)
+    prepared = tenants_ahead.Prepared(port, role_tmp, log_path)
+    try:
+        _, env = run_environment(adapter, scenario, level, tenant, port, role_tmp)
+        returncode, prepared.seconds = run_setup_command(adapter, env, Path(log_path))
+        if returncode != 0:
+            raise RuntimeError(f"setup command exited {returncode}")
+    except BaseException:
+        prepared.discard()
+        raise
+    return prepared
 
 
 def with_port(url: str, port: int) -> str:
@@ -230,17 +278,14 @@ class ScenarioRun:
         with timing.split(self, "tenant"):
             self.tenant = tenants_ahead.take_or_make(self, tenant_name)
             self.toxiproxy = self.stack.tenant_toxiproxy(self.tenant)
-        self.port = int(self.adapter.http["port"]) or free_port()
+        prepared = getattr(self, "prepared_ahead", None)  # the setup command already run by the grade, if any
+        self.port = prepared.port if prepared else int(self.adapter.http["port"]) or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        # A scenario's [timings] (e.g. a short job TTL) reach the roles through the adapter's [timings_env].
-        self.timings_in_effect, timing_env = self.adapter.timing_overrides(self.scenario.raw.get("timings") or {})
         # Each run's roles get a private temporary folder, as a container would, removed when they stop: whatever
         # they leave there (pool sockets of a killed process, spooled uploads) is not left on the machine.
-        self.role_tmp = tempfile.mkdtemp(prefix="harness-roles-")
-        common = {**os.environ, **self.adapter.env, **timing_env, "HTTP_PORT": str(self.port), "LEVEL": str(self.level),
-                  "OPERATOR_TOKEN": self.adapter.operator_token, "FAILPOINTS": "", "TMPDIR": self.role_tmp}
-        common.pop("VIRTUAL_ENV", None)
-        self.env = {**common, **self.tenant.env(proxied=True)}
+        self.role_tmp = prepared.role_tmp if prepared else tempfile.mkdtemp(prefix="harness-roles-")
+        self.timings_in_effect, self.env = run_environment(self.adapter, self.scenario, self.level, self.tenant,
+                                                           self.port, self.role_tmp)
         with timing.split(self, "tenant"):  # a role's own proxies are the tenant's too
             self.role_links = self._role_links()
         self.skew = clock.resolve(self.scenario.raw.get("clock_skew") or [], self.adapter,
@@ -250,18 +295,18 @@ class ScenarioRun:
         self.clock_groups = clock.groups_of(self.scenario.raw.get("clock_skew") or [], self.adapter,
                                             self.scenario.raw.get("windows") or [])
         self.env_direct = self.tenant.env(proxied=False)
-        setup = self.adapter.setup
-        if setup:
+        if prepared:
+            (self.run_dir / "logs").mkdir(exist_ok=True)
+            shutil.move(prepared.log_path, self.run_dir / "logs" / "setup.log")
+            self.history.append("note", message="setup command run ahead by the grade, in this tenant with this "
+                                "run's environment", seconds=round(prepared.seconds, 3))
+            self.log(f"setup: run ahead ({prepared.seconds:.1f}s)")
+        elif self.adapter.setup:
             with timing.split(self, "setup_command"):
-                command = self.adapter.resolve_command(setup["command"])
-                self.log(f"setup: {' '.join(command)}")
-                (self.run_dir / "logs").mkdir(exist_ok=True)
-                with open(self.run_dir / "logs" / "setup.log", "wb") as log:
-                    done = subprocess.run(command, env={**self.env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
-                                          stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
-                                          start_new_session=True)
-                if done.returncode != 0:
-                    raise RuntimeError(f"setup command exited {done.returncode}; see logs/setup.log")
+                self.log(f"setup: {' '.join(self.adapter.resolve_command(self.adapter.setup['command']))}")
+                returncode, _ = run_setup_command(self.adapter, self.env, self.run_dir / "logs" / "setup.log")
+                if returncode != 0:
+                    raise RuntimeError(f"setup command exited {returncode}; see logs/setup.log")
         broker = self.adapter.broker
         self.management = Management(self.tenant.rabbitmq_management_url, self.tenant.direct.amqp_url,
                                      management_urls=getattr(self.tenant, "rabbitmq_management_urls", ()))
@@ -383,7 +428,7 @@ class ScenarioRun:
         from .supervisor import group_members
 
         lib = clock.library()
-        with httpx.Client(base_url=self.base_url) as client:
+        with http_clients.client(base_url=self.base_url) as client:
             for name, instance in self.supervisor.instances.items():
                 if instance.role not in self.skew or (only is not None and name not in only):
                     continue
@@ -499,7 +544,7 @@ class ScenarioRun:
 
     def _workload_and_faults(self) -> None:
         w = self.scenario.raw["workload"]
-        client = httpx.Client(base_url=self.base_url)
+        client = http_clients.client(base_url=self.base_url)
         uploader = workload.Uploader(client, self.history, retries=8, retry_delay=0.5)
         self.workload_started = time.monotonic()
         self.workload_done = threading.Event()

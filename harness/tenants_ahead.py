@@ -1,12 +1,16 @@
 """Tenants prepared ahead: while scenarios run (and drain), a background thread makes the next scenarios' tenants
 (database, vhost, bucket and the tenant's private Toxiproxy proxies), so a scenario's setup takes one ready.
 
-Nothing of a run is done ahead but the tenant: its tap, its setup command, its role proxies and its roles still
-start in the run itself, in the same order. A tenant is fresh and private either way (a unique name per run); one
-made ahead has only existed a few seconds longer, touched by nothing.
+When the grade passes ``prepare`` (``runner.prepare_ahead``), the adapter's setup command runs ahead too, in that
+fresh tenant, with the environment the run will give its roles (its port and role folder chosen then): the contract
+makes it a one-shot per fresh tenant, before any role. The tap, the role proxies and the roles still start in the
+run itself, in the same order. A tenant is fresh and private either way (a unique name per run); one made ahead has
+only existed a few seconds longer, touched by nothing but its setup command. A setup that fails ahead drops the
+tenant: the run makes its own and meets the failure in its own history.
 
-A scenario that restarts a shared service (``grade.runs_alone``) must not overlap a tenant being made: the grade
-calls ``hold()`` before it (waits for a tenant under way, drops the ready ones, makes none) and ``resume()`` after.
+A scenario that restarts a shared service (``grade.runs_alone``, on a stack given to the grade) must not overlap a
+tenant being made: the grade calls ``hold()`` before it (waits for a tenant under way, drops the ready ones, makes
+none) and ``resume()`` after.
 
 ``HARNESS_TENANTS_AHEAD=0`` turns it off (every tenant is made in its run, as before), e.g. to measure the gain.
 """
@@ -14,9 +18,11 @@ calls ``hold()`` before it (waits for a tenant under way, drops the ready ones, 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 
 
 def tenant_name(seed: int, scenario_name: str) -> str:
@@ -28,10 +34,30 @@ def enabled() -> bool:
     return os.environ.get("HARNESS_TENANTS_AHEAD", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+@dataclass
+class Prepared:
+    """What was chosen and done ahead for one run besides its tenant (``runner.prepare_ahead``)."""
+
+    port: int
+    role_tmp: str
+    log_path: str
+    seconds: float = 0.0
+
+    def discard(self) -> None:
+        shutil.rmtree(self.role_tmp, ignore_errors=True)
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
 class TenantsAhead:
     def __init__(self, stack, seed: int, scenario_names: list[str], depth: int = 2, progress=None,
-                 held: bool = False):
+                 held: bool = False, prepare=None):
         self.stack = stack
+        self.prepare = prepare  # (scenario name, tenant) -> Prepared | None, run after the tenant is made
+        self.prepared: dict[str, Prepared] = {}  # tenant name -> what was prepared ahead for its run
+        self.setup_seconds = 0.0
         self.seed = int(seed)
         self.plan = list(scenario_names)  # in the order the grade starts them
         self.depth = max(1, int(depth))
@@ -69,6 +95,16 @@ class TenantsAhead:
                 tenant = self.stack.new_tenant(tenant_name(self.seed, scenario), private_proxies=True)
             except Exception as exc:  # the run makes its own and meets the same problem there, in its history
                 self.errors.append(f"{scenario}: {exc!r}")
+            if tenant is not None and self.prepare is not None:
+                try:
+                    prepared = self.prepare(scenario, tenant)
+                    if prepared is not None:
+                        self.prepared[tenant.name] = prepared
+                        self.setup_seconds += prepared.seconds
+                except Exception as exc:  # dropped: the run makes its own tenant and runs its setup itself
+                    self.errors.append(f"{scenario}: setup ahead: {exc!r}")
+                    self._close(tenant)
+                    tenant = None
             with self._cond:
                 self.seconds += time.monotonic() - began
                 self.making = None
@@ -80,6 +116,9 @@ class TenantsAhead:
                 self._cond.notify_all()
 
     def _close(self, tenant) -> None:
+        prepared = self.prepared.pop(tenant.name, None)
+        if prepared is not None:
+            prepared.discard()
         try:
             self.stack.close_tenant(tenant)
         except Exception as exc:
@@ -131,6 +170,7 @@ class TenantsAhead:
 
     def stats(self) -> dict:
         return {"used": self.used, "missed": self.missed, "seconds": round(self.seconds, 2), "depth": self.depth,
+                **({"setup_seconds": round(self.setup_seconds, 2)} if self.prepare is not None else {}),
                 **({"errors": self.errors[:10]} if self.errors else {})}
 
 
@@ -140,5 +180,7 @@ def take_or_make(run, name: str):
     tenant = ahead.take(run.scenario.name) if ahead is not None else None
     if tenant is not None:
         run.history.append("note", message="tenant prepared ahead by the grade", tenant=tenant.name)
+        with ahead._cond:
+            run.prepared_ahead = ahead.prepared.pop(tenant.name, None)
         return tenant
     return run.stack.new_tenant(name, private_proxies=True)

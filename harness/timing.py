@@ -120,10 +120,15 @@ def table_lines(summary: dict) -> list[str]:
     tail = f"{summary['scenarios']} scenarios, {summary['scenario_seconds']:.1f} scenario-seconds"
     if summary.get("wall") is not None:
         tail += f" in {summary['wall']:.1f}s of wall time, up to {summary.get('parallel', 1)} side by side"
+    beside = summary.get("beside")
+    if beside and beside.get("scenarios"):
+        tail += (f"; on a second stack beside them (it restarts a service): {', '.join(beside['scenarios'])}"
+                 + (f" (its start {beside['stack_start']:.1f}s)" if beside.get("stack_start") is not None else ""))
     ahead = summary.get("tenants_ahead")
     if ahead:
         tail += (f"; tenants prepared ahead: {ahead.get('used', 0)} used, {ahead.get('missed', 0)} made on the spot, "
-                 f"{ahead.get('seconds', 0):.1f}s of preparation off the scenarios' paths")
+                 f"{ahead.get('seconds', 0):.1f}s of preparation off the scenarios' paths"
+                 + (f" ({ahead['setup_seconds']:.1f}s of it the setup command)" if "setup_seconds" in ahead else ""))
     out.append(tail)
     return out
 

@@ -6,8 +6,7 @@ their channels' messages_unacknowledged, sampled while a backlog drains. The rea
 """
 from __future__ import annotations
 
-import httpx
-
+from harness import http_clients
 from harness.prefetch import ChannelSample, PrefetchVerdict, evaluate, read_consumers
 from load.targets import require_loopback
 
@@ -17,5 +16,5 @@ __all__ = ["ChannelSample", "PrefetchVerdict", "evaluate", "sample_channels"]
 def sample_channels(management_url: str, vhost: str, queue: str, auth=("harness", "harness")) -> list[ChannelSample]:
     """One sample of every consumer channel on `queue`."""
     require_loopback(management_url)
-    with httpx.Client(base_url=management_url, auth=auth, timeout=5) as client:
+    with http_clients.client(base_url=management_url, auth=auth, timeout=5) as client:
         return read_consumers(client, vhost, queue)

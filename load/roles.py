@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from harness import http_clients
 from harness.runner import free_port, wait_http_healthy
 from harness.supervisor import Supervisor, group_members
 
@@ -55,8 +56,8 @@ class Deployment:
                 instance = role_name if index == 0 else f"{role_name}#{index + 1}"
                 self.supervisor.add(instance, role_name, command, {**env, **role.env, **(extra_env or {})})
         self.work_queue = adapter.broker["work_queue"]
-        self.management = httpx.Client(base_url=self.tenant.rabbitmq_management_url, timeout=5,
-                                       auth=_auth(self.tenant.direct.amqp_url))
+        self.management = http_clients.client(base_url=self.tenant.rabbitmq_management_url, timeout=5,
+                                              auth=_auth(self.tenant.direct.amqp_url))
         self.vhost = self.tenant.vhost
 
     def setup(self) -> None:
@@ -115,7 +116,7 @@ class Deployment:
         def one(index: int) -> None:
             client = getattr(local, "client", None)
             if client is None:
-                client = local.client = httpx.Client(base_url=self.base_url, timeout=30)
+                client = local.client = http_clients.client(base_url=self.base_url, timeout=30)
             name, body, content_type = files[index % len(files)]
             key = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.tenant.name}/{index}"))
             for _ in range(60):
@@ -147,7 +148,7 @@ class Deployment:
         def one(attachment_id: str):
             client = getattr(local, "client", None)
             if client is None:
-                client = local.client = httpx.Client(base_url=self.base_url, timeout=10)
+                client = local.client = http_clients.client(base_url=self.base_url, timeout=10)
             try:
                 response = client.get(f"/v1/attachments/{attachment_id}")
                 return attachment_id, response.json().get("state") if response.status_code == 200 else None

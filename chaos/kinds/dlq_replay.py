@@ -17,6 +17,8 @@ import time
 
 import httpx
 
+from harness import http_clients
+
 ACTION = "dlq_replay"
 RECORDS = ("fault action=dlq_replay phase=move (job_id, attachment_id, moved) | phase=skip (why); "
            "invoke/ok/fail f=dlq_replay per request (scope, status, unauthenticated_status; the invoke: state_before)")
@@ -90,7 +92,7 @@ def _move_and_replay(ctx, step) -> None:
         time.sleep(0.1)
     token = ctx.adapter.operator_token
     auth = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=ctx.base_url, timeout=30) as client:
+    with http_clients.client(base_url=ctx.base_url, timeout=30) as client:
         requests = [("job", path.format(job_id=moved["job_id"]), 1), ("job", path.format(job_id=moved["job_id"]), 2)]
         if all_path:
             requests.append(("all", all_path, 1))

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import httpx
+from harness import http_clients
 
 ACTION = "replay"
 RECORDS = "invoke f=replay per failed attachment, then ok/fail (status, unauthenticated_status, job_id, attempt)"
@@ -16,7 +16,7 @@ def run(ctx, step) -> None:
         return
     token = ctx.adapter.operator_token
     failed = [a for a, s in ctx.observer.states.items() if s == "failed"]
-    with httpx.Client(base_url=ctx.base_url, timeout=10) as client:
+    with http_clients.client(base_url=ctx.base_url, timeout=10) as client:
         for attachment_id in failed:
             op = f"replay-{attachment_id[:8]}"
             path = ctx.adapter.replay_path.format(id=attachment_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 
-import httpx
+from harness import http_clients
 
 from . import first_delay
 from .start_version import allowed, stop  # noqa: F401 - allowed is this kind's too
@@ -37,7 +37,7 @@ def run(ctx, step) -> None:
     path_of = ctx.adapter.reprocess_path
     token = ctx.adapter.operator_token
     asked = []
-    with httpx.Client(base_url=ctx.base_url, timeout=10) as client:
+    with http_clients.client(base_url=ctx.base_url, timeout=10) as client:
         for attachment_id in chosen:
             op = f"reprocess-{attachment_id[:8]}-v{version}"
             path = path_of.format(id=attachment_id)
@@ -81,7 +81,7 @@ def wait_for_versions(ctx, step, asked: list[str], version: int, params: dict) -
     enough = int(params.get("stop_after_ready", 1))
     deadline = time.monotonic() + float(step.get("timeout", 60))
     states: dict[str, str | None] = {}
-    with httpx.Client(base_url=ctx.base_url, timeout=5) as client:
+    with http_clients.client(base_url=ctx.base_url, timeout=5) as client:
         while asked and time.monotonic() < deadline and not ctx.stopping.is_set():
             for attachment_id in asked:
                 try:

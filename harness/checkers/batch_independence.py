@@ -33,6 +33,8 @@ deliveries on one consumer, or no failure happened while several were in flight.
 
 from __future__ import annotations
 
+import bisect
+
 from . import duplicate_effects
 from .base import (INVALID, TERMINAL_STATES, VALID, Verdict, accepted_attachments, evidence,
                    final_read_ok, role_kind, seed_of, transitions_of, undecided)
@@ -100,33 +102,60 @@ def _failures(history, accepted, trans_of, consumers) -> list[dict]:
     return sorted(out, key=lambda f: f["start"])
 
 
-def _members(failure, accepted, trans_of) -> tuple[list[dict], list[dict]]:
+class _Stays:
+    """Every accepted attachment's stays in ``processing``, indexed by start and by end: a failure's members are a
+    range query, not a pass over every attachment per failure (a long soak has thousands of both). Results come in
+    the order of ``accepted``, then of the stays, as a scan would give them."""
+
+    def __init__(self, accepted, trans_of):
+        self.order = {attachment_id: i for i, attachment_id in enumerate(accepted)}
+        closed, self.open = [], []
+        for attachment_id in accepted:
+            for n, stay in enumerate(_intervals(trans_of(attachment_id))):
+                (self.open if stay["end"] is None else closed).append((stay["start"], (self.order[attachment_id], n),
+                                                                       attachment_id, stay))
+        self.by_start = sorted(closed, key=lambda x: x[0])
+        self.starts = [x[0] for x in self.by_start]
+        self.by_end = sorted(closed, key=lambda x: x[3]["end"])
+        self.ends = [x[3]["end"] for x in self.by_end]
+        self.longest = max((x[3]["end"] - x[0] for x in closed), default=0.0)
+
+    def started_by(self, a: float, b: float) -> list[tuple]:
+        """Stays that may overlap [a, b]: started by ``b`` and not ended before ``a - longest``, and every open one."""
+        lo, hi = bisect.bisect_left(self.starts, a - self.longest), bisect.bisect_right(self.starts, b)
+        return sorted(self.by_start[lo:hi] + self.open, key=lambda x: x[1])
+
+    def ended_within(self, a: float, b: float) -> list[tuple]:
+        lo, hi = bisect.bisect_left(self.ends, a), bisect.bisect_right(self.ends, b)
+        return sorted(self.by_end[lo:hi], key=lambda x: x[1])
+
+
+def _members(failure, accepted, trans_of, stays: _Stays | None = None) -> tuple[list[dict], list[dict]]:
     """(in flight with the failure, committed ready while in flight together with them), each
     {"attachment_id", "stay"}; the failing poison item itself is the first of the first list."""
+    stays = stays or _Stays(accepted, trans_of)
     in_flight, committed = [], []
     if failure["kind"] == "poison":
         a, b = failure["start"], failure["end"]
         in_flight.append({"attachment_id": failure["attachment_id"], "stay": failure["stay"]})
     else:
         a = b = failure["start"]
-    for attachment_id in accepted:
+    for _, _, attachment_id, stay in stays.started_by(a, b):
         if attachment_id == failure.get("attachment_id"):
             continue
-        for stay in _intervals(trans_of(attachment_id)):
-            end = stay["end"] if stay["end"] is not None else float("inf")
-            if failure["kind"] == "poison":
-                # Strictly overlapping, on the implementation's own clock: an item claimed once the poison's
-                # outcome was committed came in its freed slot, after its batch.
-                if stay["start"] < b and end > a:
-                    in_flight.append({"attachment_id": attachment_id, "stay": stay})
-            elif stay["start"] <= a < end:
+        end = stay["end"] if stay["end"] is not None else float("inf")
+        if failure["kind"] == "poison":
+            # Strictly overlapping, on the implementation's own clock: an item claimed once the poison's
+            # outcome was committed came in its freed slot, after its batch.
+            if stay["start"] < b and end > a:
                 in_flight.append({"attachment_id": attachment_id, "stay": stay})
+        elif stay["start"] <= a < end:
+            in_flight.append({"attachment_id": attachment_id, "stay": stay})
     if failure["kind"] == "crash" and in_flight:
         since = min(m["stay"]["start"] for m in in_flight)
-        for attachment_id in accepted:
-            for stay in _intervals(trans_of(attachment_id)):
-                if stay["to"] == "ready" and stay["end"] is not None and since <= stay["end"] <= a:
-                    committed.append({"attachment_id": attachment_id, "stay": stay})
+        for _, _, attachment_id, stay in stays.ended_within(since, a):
+            if stay["to"] == "ready":
+                committed.append({"attachment_id": attachment_id, "stay": stay})
     return in_flight, committed
 
 
@@ -215,8 +244,9 @@ def check(history, final, run) -> Verdict:
     returned_most = 0
 
     batches, skipped, problems = [], [], []
+    stays = _Stays(accepted, trans_of)
     for failure in _failures(history, accepted, trans_of, consumers):
-        in_flight, committed = _members(failure, accepted, trans_of)
+        in_flight, committed = _members(failure, accepted, trans_of, stays)
         what = (f"poison {failure['op']}{_position(failure['op'], run)} failing at {_fmt(failure['end'], history)}"
                 if failure["kind"] == "poison" else f"crash of {failure['instance']} at t={failure['fault']['t']:.2f}")
         looked = _looks_while_down(failure, peeks, starts) if failure["kind"] == "crash" else []

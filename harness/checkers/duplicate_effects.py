@@ -103,11 +103,10 @@ def check(history, final, run) -> Verdict:
             if count > 1:
                 problems.append(evidence(f"object key {key!r} used by {count} variants", attachment_id=attachment_id))
         final_keys = {v.get("name"): v.get("key") for v in variants}
-        for snap in history.of_type("snapshot"):
+        for snap in _where(history, "snapshot", "attachment_id", attachment_id):
             if snap.get("pipeline_version") not in (None, version):
                 continue  # level 5: another version's result (GET serves the newest ready one; version_isolation)
-            if snap.get("attachment_id") == attachment_id and final_keys.get(snap.get("variant"), snap.get("key")) \
-                    != snap.get("key"):
+            if final_keys.get(snap.get("variant"), snap.get("key")) != snap.get("key"):
                 problems.append(evidence(
                     f"variant {snap.get('variant')!r} published at {snap.get('key')!r} when ready was first seen, "
                     f"at {final_keys[snap.get('variant')]!r} at the final read: the result was replaced after ready",

@@ -16,6 +16,23 @@ from ..paths import data_dir
 COLOURS = {"queued": "#f0c24b", "processing": "#4b8bf0", "ready": "#3bb273", "failed": "#d64545", None: "#ccc"}
 BADGE = {"valid": "#3bb273", "invalid": "#d64545"}
 WIDTH, LEFT, ROW = 1100, 210, 22
+MAX_ROWS = 500  # a long soak's page: every attachment a failing check names, then an even sample of the rest
+
+
+def _rows(ids: list[str], results: dict) -> list[str]:
+    """The attachments drawn: all of them up to MAX_ROWS; beyond, those named in the evidence of a check that is not
+    valid, then an even sample of the others, in their order."""
+    if len(ids) <= MAX_ROWS:
+        return ids
+    named = {ev.get("attachment_id") for v in results.get("verdicts", []) if v.get("status") != "valid"
+             for ev in v.get("evidence") or [] if isinstance(ev, dict)}
+    keep = [a for a in ids if a in named][:MAX_ROWS]
+    rest = [a for a in ids if a not in named]
+    room = MAX_ROWS - len(keep)
+    if room > 0 and rest:
+        keep += [rest[round(i * (len(rest) - 1) / max(1, room - 1))] for i in range(min(room, len(rest)))]
+    chosen = set(keep)
+    return [a for a in ids if a in chosen]
 
 
 def _stylesheet() -> str:
@@ -41,7 +58,12 @@ def build(history, final: dict, run: dict, results: dict) -> str:
         if e["type"] == "ok" and e.get("attachment_id"):
             ops.setdefault(e["attachment_id"], e)
     invokes = {e["op"]: e for e in events if e["type"] == "invoke"}
-    ids = list(dict.fromkeys(list(ops) + list((final or {}).get("attachments", {}))))
+    every_id = list(dict.fromkeys(list(ops) + list((final or {}).get("attachments", {}))))
+    ids = _rows(every_id, results)
+    messages: dict[str, list[dict]] = {}  # tapped messages per attachment, indexed once (not a pass per row)
+    for e in events:
+        if e["type"] == "message" and isinstance(e.get("body"), dict) and e["body"].get("attachment_id"):
+            messages.setdefault(e["body"]["attachment_id"], []).append(e)
     height = 52 + ROW * (len(ids) + 1)
     svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" font-family="monospace" font-size="11">']
     # time axis
@@ -102,11 +124,10 @@ def build(history, final: dict, run: dict, results: dict) -> str:
         if ok:
             svg.append(f'<circle cx="{x(ok["wall"]):.1f}" cy="{y + 7}" r="3" fill="#000"><title>202 accepted '
                        f'(line {ok["line"]})</title></circle>')
-        for e in events:
-            if e["type"] == "message" and (e.get("body") or {}).get("attachment_id") == attachment_id:
-                svg.append(f'<line x1="{x(e["wall"]):.1f}" y1="{y - 2}" x2="{x(e["wall"]):.1f}" y2="{y + 16}" '
-                           f'stroke="#222" stroke-width="1.5"><title>message attempt {e["body"].get("attempt")} '
-                           f'(line {e["line"]}, t={e["t"]:.2f}s)</title></line>')
+        for e in messages.get(attachment_id, ()):
+            svg.append(f'<line x1="{x(e["wall"]):.1f}" y1="{y - 2}" x2="{x(e["wall"]):.1f}" y2="{y + 16}" '
+                       f'stroke="#222" stroke-width="1.5"><title>message attempt {e["body"].get("attempt")} '
+                       f'(line {e["line"]}, t={e["t"]:.2f}s)</title></line>')
     svg.append("</svg>")
     verdict_rows = "".join(
         f'<tr class="{_esc(v["status"])}"><td>{_esc(v["invariant"])}</td><td>{_esc(v["status"])}</td>'
@@ -127,6 +148,7 @@ def build(history, final: dict, run: dict, results: dict) -> str:
 · windows {_esc(', '.join(scenario.get('windows') or []) or '—')} · reproduce: <code>{_esc(results.get('reproduce', ''))}</code></p>
 <p>{legend}<span class="sw" style="background:#d64545;opacity:.4"></span>fault <span class="sw" style="background:#999;opacity:.4"></span>role held
 · black dot = 202 · tick = message on the exchange</p>
+{f"<p>showing {len(ids)} of {len(every_id)} attachments: every one a failing check names, then an even sample of the others</p>" if len(ids) < len(every_id) else ""}
 {''.join(svg)}
 <table><tr><th>invariant</th><th>verdict</th><th>requirements</th><th>summary / evidence</th></tr>{verdict_rows}</table>
 </body></html>

@@ -15,8 +15,7 @@ import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from .. import http_clients
 from .ports import LOOPBACK, can_connect, wait_until
 from .process import ServiceProcess
 from .tools import epmd, rabbitmq_bindir
@@ -141,7 +140,7 @@ class RabbitMQ:
     def ready(self) -> bool:
         if not can_connect(self.amqp_port):
             return False
-        response = httpx.get(f"{self.management_url}/api/overview", auth=(USER, PASSWORD), timeout=1)
+        response = http_clients.get(f"{self.management_url}/api/overview", auth=(USER, PASSWORD), timeout=1)
         return response.status_code == 200
 
     def wait_ready(self, timeout: float = 60, abandon: threading.Event | None = None) -> float:
@@ -154,13 +153,13 @@ class RabbitMQ:
 
     def create_vhost(self, vhost: str) -> None:
         quoted = urllib.parse.quote(vhost, safe="")
-        with httpx.Client(base_url=self.management_url, auth=(USER, PASSWORD), timeout=10) as client:
+        with http_clients.client(base_url=self.management_url, auth=(USER, PASSWORD), timeout=10) as client:
             client.put(f"/api/vhosts/{quoted}").raise_for_status()
             client.put(f"/api/permissions/{quoted}/{USER}",
                        json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
 
     def cluster_nodes(self) -> list[str]:
         """The running nodes of the cluster this node sees (management API)."""
-        response = httpx.get(f"{self.management_url}/api/nodes", auth=(USER, PASSWORD), timeout=2)
+        response = http_clients.get(f"{self.management_url}/api/nodes", auth=(USER, PASSWORD), timeout=2)
         response.raise_for_status()
         return sorted(n["name"] for n in response.json() if n.get("running"))

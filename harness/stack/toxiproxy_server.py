@@ -5,8 +5,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from .. import http_clients
 from ..toxiproxy import ProxySpec, Toxiproxy
 from .ports import LOOPBACK, wait_until
 from .process import ServiceProcess
@@ -28,7 +27,7 @@ class ToxiproxyServer:
             log_path=self.log_dir / "toxiproxy.log").start()
 
     def ready(self) -> bool:
-        return httpx.get(f"http://{LOOPBACK}:{self.api_port}/version", timeout=1).status_code == 200
+        return http_clients.get(f"http://{LOOPBACK}:{self.api_port}/version", timeout=1).status_code == 200
 
     def wait_ready(self, timeout: float = 15, abandon: threading.Event | None = None) -> float:
         waited = wait_until(self.ready, timeout, "Toxiproxy", process=self.process, abandon=abandon,

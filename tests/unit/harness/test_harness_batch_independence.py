@@ -261,3 +261,51 @@ def test_a_traced_redelivery_of_the_committed_item_counts_toward_the_whole_batch
     crash = next((e for e in verdict.evidence if e.get("failure") == "crash"), None)
     assert crash is not None, verdict.evidence
     assert crash["proven_by"] == "returned" and set(crash["returned"]) == {GOOD1, GOOD2}
+
+
+def _members_by_scan(failure, accepted, trans_of):
+    """The members of a failure by a pass over every attachment (the definition the indexed query must match)."""
+    from harness.checkers.batch_independence import _intervals
+
+    in_flight, committed = [], []
+    a, b = (failure["start"], failure["end"]) if failure["kind"] == "poison" else (failure["start"],) * 2
+    if failure["kind"] == "poison":
+        in_flight.append({"attachment_id": failure["attachment_id"], "stay": failure["stay"]})
+    for attachment_id in accepted:
+        if attachment_id == failure.get("attachment_id"):
+            continue
+        for stay in _intervals(trans_of(attachment_id)):
+            end = stay["end"] if stay["end"] is not None else float("inf")
+            if (stay["start"] < b and end > a) if failure["kind"] == "poison" else stay["start"] <= a < end:
+                in_flight.append({"attachment_id": attachment_id, "stay": stay})
+    if failure["kind"] == "crash" and in_flight:
+        since = min(m["stay"]["start"] for m in in_flight)
+        for attachment_id in accepted:
+            for stay in _intervals(trans_of(attachment_id)):
+                if stay["to"] == "ready" and stay["end"] is not None and since <= stay["end"] <= a:
+                    committed.append({"attachment_id": attachment_id, "stay": stay})
+    return in_flight, committed
+
+
+def test_the_indexed_members_of_a_failure_are_those_of_a_scan():
+    import random
+
+    from harness.checkers.batch_independence import _members
+
+    rng = random.Random(20261201)
+    for _ in range(300):
+        accepted = [f"a{i}" for i in range(rng.randint(0, 30))]
+        trans = {}
+        for attachment_id in accepted:
+            t, out = rng.uniform(0, 50), []
+            for _ in range(rng.randint(0, 4)):
+                out.append({"to": rng.choice(["processing", "queued", "ready", "failed", "processing"]),
+                            "at": t if rng.random() > 0.05 else None})
+                t += rng.choice([0.0, rng.uniform(0, 5)])
+            trans[attachment_id] = out
+        for _ in range(5):
+            start = rng.uniform(0, 55)
+            failure = ({"kind": "poison", "start": start, "end": start + rng.uniform(0, 3), "stay": {},
+                        "attachment_id": rng.choice(accepted) if accepted else None}
+                       if rng.random() < 0.5 else {"kind": "crash", "start": start, "end": start})
+            assert _members(failure, accepted, trans.get) == _members_by_scan(failure, accepted, trans.get)

@@ -192,3 +192,44 @@ def test_a_grade_summary_shows_the_table():
     text = grade_md({"sut": {"name": "x", "level": 4}, "level": 4, "verdict": "valid", "requirements": {},
                      "scenarios": [], "skipped": [], "timings": {"total": 1.0}, "time_went": summary})
     assert "## Where the time went" in text and "database, vhost, bucket, proxies" in text
+
+
+class _Run:
+    """What take_or_make needs of a run: its scenario, history and (after) what was prepared ahead for it."""
+
+    def __init__(self, scenario: str, ahead, stack) -> None:
+        self.scenario = type("S", (), {"name": scenario})()
+        self.tenants_ahead, self.stack = ahead, stack
+        self.notes: list[dict] = []
+        self.history = type("H", (), {"append": lambda _, type_, **f: self.notes.append({"type": type_, **f})})()
+
+
+def test_the_setup_prepared_ahead_goes_to_its_run_and_a_failed_one_drops_the_tenant(tmp_path):
+    stack = _Stack()
+    discarded: list[str] = []
+
+    def prepare(scenario: str, tenant):
+        if scenario == "bad":
+            raise RuntimeError("setup command exited 3")
+        folder = tmp_path / scenario
+        folder.mkdir()
+        log = tmp_path / f"{scenario}.log"
+        log.write_text("migrated\n")
+        prepared = tenants_ahead.Prepared(8000 + len(discarded), str(folder), str(log), seconds=0.5)
+        prepared.discard = lambda: discarded.append(scenario)
+        return prepared
+
+    ahead = tenants_ahead.TenantsAhead(stack, 7, ["a", "bad", "c"], depth=3, prepare=prepare)
+    assert _wait(lambda: sorted(ahead.ready) == ["a", "c"] and ahead.making is None)
+    assert [n.rsplit("-", 1)[1] for n in stack.closed] == ["bad"]  # its tenant dropped, not handed out half-made
+    run = _Run("a", ahead, stack)
+    tenant = tenants_ahead.take_or_make(run, "unused")
+    assert tenant.name.endswith("-a") and run.prepared_ahead.role_tmp == str(tmp_path / "a")
+    assert run.notes and run.notes[0]["message"] == "tenant prepared ahead by the grade"
+    bad = _Run("bad", ahead, stack)
+    stack_tenant = tenants_ahead.take_or_make(bad, "h7-own-bad")  # a miss: the run makes its own, runs its setup
+    assert stack_tenant.name == "h7-own-bad" and getattr(bad, "prepared_ahead", None) is None
+    stats = ahead.close()  # "c" never taken: its tenant closed and what was prepared for it discarded
+    assert discarded == ["c"]
+    assert stats["used"] == 1 and stats["missed"] == 1 and stats["setup_seconds"] == 1.0
+    assert any("setup ahead" in e for e in stats["errors"])

@@ -99,3 +99,15 @@ def test_html_table_uses_the_shared_stylesheet_and_links_each_report():
     assert all(td.find("span").get("class") == "pill none" for td in dave.findall("td")[4:11])
     assert "program 'nope' not found" in "".join(dave.itertext())
     assert trs[1].findall("td")[1].get("title").startswith("harness grade --sut class/alice")
+
+
+def test_a_long_runs_timeline_draws_every_named_attachment_then_an_even_sample():
+    from harness.report import timeline
+
+    ids = [f"a{i:05d}" for i in range(10_000)]
+    results = {"verdicts": [{"status": "invalid", "evidence": [{"attachment_id": "a09999"}, {"message": "x"}]},
+                            {"status": "valid", "evidence": [{"attachment_id": "a00001"}]}]}
+    rows = timeline._rows(ids, results)
+    assert len(rows) == timeline.MAX_ROWS and "a09999" in rows and rows == sorted(rows)
+    assert rows[0] == "a00000" and rows[-1] == "a09999"  # the sample spans the whole run
+    assert timeline._rows(ids[:10], results) == ids[:10]
