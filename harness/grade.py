@@ -365,14 +365,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
             if parallel == 1:
                 for scenario in shared:
                     run_one(scenario)
-            else:
+            else:  # on a failure it aborts every active run, the one on the second stack too
                 _run_side_by_side(shared, run_one, parallel, active, lock)
-        except BaseException:
-            with lock:
-                running = list(active.values())
-            for run in running:  # the scenario on the second stack too
-                run.abort()
-            raise
         finally:
             if beside_pool:
                 beside_pool.shutdown(wait=True)

@@ -140,6 +140,11 @@ class TenantsAhead:
             self._cond.notify_all()
             return tenant
 
+    def take_prepared(self, tenant) -> Prepared | None:
+        """What was prepared ahead for the run that took ``tenant`` (its setup command's result), if anything."""
+        with self._cond:
+            return self.prepared.pop(tenant.name, None)
+
     def hold(self) -> None:
         """No tenant is made from now until ``resume()`` (a shared service is about to restart)."""
         with self._cond:
@@ -180,7 +185,6 @@ def take_or_make(run, name: str):
     tenant = ahead.take(run.scenario.name) if ahead is not None else None
     if tenant is not None:
         run.history.append("note", message="tenant prepared ahead by the grade", tenant=tenant.name)
-        with ahead._cond:
-            run.prepared_ahead = ahead.prepared.pop(tenant.name, None)
+        run.prepared_ahead = ahead.take_prepared(tenant)
         return tenant
     return run.stack.new_tenant(name, private_proxies=True)
