@@ -1,4 +1,4 @@
-"""Failpoint arming: restart the role that hosts a failure window with FAILPOINTS set (DESIGN §4)."""
+"""Failpoint arming: restart the role that hosts a failure window with FAILPOINTS set (CONTRACT §7)."""
 
 from __future__ import annotations
 

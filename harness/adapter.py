@@ -1,4 +1,4 @@
-"""Adapter files: how to run one implementation under test (DESIGN §4, schemas/adapter.schema.json)."""
+"""Adapter files: how to run one implementation under test (CONTRACT §9, schemas/adapter.schema.json)."""
 
 from __future__ import annotations
 
@@ -256,6 +256,6 @@ def load(path_or_name: str | Path) -> Adapter:
     if missing_roles:
         raise AdapterError(f"{path}: failpoints mapped to unknown roles {missing_roles}")
     if unknown:
-        # More failpoint names are allowed (DESIGN §4); they are simply not graded windows.
+        # More failpoint names are allowed (CONTRACT §7); they are simply not graded windows.
         pass
     return adapter

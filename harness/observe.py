@@ -491,7 +491,7 @@ KEPT_PROPERTIES = ("message_id", "content_type", "content_encoding", "delivery_m
 
 
 class Tap(Poller):
-    """Sees every message that reaches the work queue, whatever the topology (DESIGN §4).
+    """Sees every message that reaches the work queue, whatever the topology (CONTRACT §10).
 
     Two sources feed one private queue: a copy of each binding of the work queue (any exchange type: the copy
     routes exactly what the original routes, dead-lettered messages included), kept in sync while the run goes

@@ -1,4 +1,4 @@
-"""Roles of the implementation under test as supervised process groups (DESIGN §4).
+"""Roles of the implementation under test as supervised process groups (CONTRACT §2).
 
 Each role instance is started in its own session (``start_new_session=True``)
 so that SIGKILL / SIGSTOP / SIGCONT reach its whole process group, as a
@@ -178,7 +178,7 @@ class Supervisor:
             if not self.wait_exit(name, timeout if timeout is not None else 5):
                 self.signal(name, signal.SIGKILL)
                 self.wait_exit(name, 5)
-        # Whatever the leader did, no member of its group may outlive it (DESIGN §4 pitfall).
+        # Whatever the leader did, no member of its group may outlive it (CONTRACT §2).
         kill_group_members(instance.process.pid)
 
     def ensure_running(self, name: str, extra_env: dict[str, str] | None = None) -> bool:

@@ -59,7 +59,7 @@ class ProxySpec:
 
 
 class Toxiproxy:
-    """One Toxiproxy server. Fault names match DESIGN: cut, blackhole, reset_peer, latency, limit_data."""
+    """One Toxiproxy server. Fault names match CONTRACT §10: cut, blackhole, reset_peer, latency, limit_data."""
 
     def __init__(self, host: str, port: int, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.host, self.port = host, port

@@ -1,4 +1,4 @@
-"""Retry policy: full-jitter exponential backoff (DESIGN §7).
+"""Retry policy: full-jitter exponential backoff (CONTRACT §8).
 
 ``delay(n) = uniform(0, min(cap, base * 2**n))`` where n counts the failures
 before this one (0 for the first retry). Defaults: base 1 s, cap 600 s.

@@ -1,4 +1,4 @@
-"""Failpoints: deterministic faults at the named failure windows (DESIGN §3, §4).
+"""Failpoints: deterministic faults at the named failure windows (CONTRACT §6, §7).
 
 Syntax: ``FAILPOINTS="name=action;name2=N*action"`` where action is
 
@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-# The five windows of DESIGN §3, in pipeline order, and the role that hosts each.
+# The five windows of CONTRACT §6, in pipeline order, and the role that hosts each.
 WINDOWS: dict[str, str] = {
     "after_staging_before_record": "api",
     "after_commit_before_publish": "relay",

@@ -2,7 +2,7 @@
 
 Runs inside a process pool started with ``forkserver``/``spawn`` (see
 :func:`make_pool`), so a pool process never holds a broker or database socket
-of the worker (DESIGN §4 pitfall). Output is deterministic for a given input
+of the worker (CONTRACT §2). Output is deterministic for a given input
 and Pillow build: the same effect key always gets the same bytes.
 """
 
@@ -62,7 +62,7 @@ class ImageRejected(Exception):
 
 def _init_pool_process(max_pixels: int) -> None:
     Image.MAX_IMAGE_PIXELS = max_pixels
-    # A decompression-bomb warning is an error here (DESIGN §8).
+    # A decompression-bomb warning is an error here (CONTRACT §3).
     warnings.simplefilter("error", Image.DecompressionBombWarning)
 
 

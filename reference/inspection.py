@@ -1,4 +1,4 @@
-"""Input safety for uploads (DESIGN §8): magic-byte sniffing, structural
+"""Input safety for uploads (CONTRACT §3): magic-byte sniffing, structural
 integrity, header-only dimension check, and filename sanitising.
 
 Nothing here trusts the client's Content-Type or filename.

@@ -1,4 +1,4 @@
-"""Lease ownership of a claimed job (DESIGN §7: 30 s, renewed every 10 s).
+"""Lease ownership of a claimed job (CONTRACT §8: 30 s, renewed every 10 s).
 
 The database holds the lease (``lease_expires_at``) and the fencing token;
 this class keeps a conservative local deadline so the worker stops starting

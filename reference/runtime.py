@@ -23,7 +23,7 @@ def configure_logging(role: str, level: str = "INFO") -> None:
 
 
 def process_identity(role: str) -> str:
-    """One identity per process start (DESIGN §7): never reused after a restart."""
+    """One identity per process start (CONTRACT §8): never reused after a restart."""
     return f"{role}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 

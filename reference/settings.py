@@ -1,7 +1,7 @@
 """All configuration of the reference pipeline, from environment variables.
 
 One class, one place: every limit the roles enforce is a field here with the
-default of DESIGN §7 (or a documented choice where §7 is silent).
+default of CONTRACT §8 (or a documented choice where §8 is silent).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def available_cores() -> int:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", case_sensitive=False, extra="ignore")
 
-    # --- services (DESIGN §4) ---
+    # --- services (CONTRACT §2) ---
     database_url: str = "postgresql://postgres@127.0.0.1:5432/postgres"
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
     # A RabbitMQ cluster: every node's URL, comma-separated (reference/brokers.py fails over between them).
@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     # A rollback that must stop serving a newer version's results sets it on the API; nothing is deleted.
     served_pipeline_version_max: int | None = Field(None, ge=1, le=1000)
 
-    # --- lease and fencing (DESIGN §7: 30 s renewed every 10 s) ---
+    # --- lease and fencing (CONTRACT §8: 30 s renewed every 10 s) ---
     lease_seconds: float = Field(30.0, gt=0)
     # Unset: a third of the lease (10 s for the default 30 s lease).
     lease_renew_seconds: float | None = Field(None, gt=0)
@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     outbox_retention_seconds: float = Field(24 * 3600.0, gt=0)
 
-    # --- input safety (DESIGN §8) ---
+    # --- input safety (CONTRACT §3) ---
     max_upload_bytes: int = Field(25 * 1024 * 1024, ge=1)
     max_pixels: int = Field(40_000_000, ge=1)
     max_side: int = Field(20_000, ge=1)

@@ -1,4 +1,4 @@
-"""``failpoint``: the role hosting a failure window restarted with FAILPOINTS set (DESIGN §4) — before the workload
+"""``failpoint``: the role hosting a failure window restarted with FAILPOINTS set (CONTRACT §7) — before the workload
 (armed at first start) or at a trigger — then, for a crash spec, the crash waited for (the role is restarted
 ``restart_after`` seconds after it, the work queue peeked at while it is down when asked); a pause or error spec
 keeps the role running (``until = "idle"``: armed until every accepted job is terminal). Never hit: disarmed."""

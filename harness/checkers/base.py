@@ -15,11 +15,11 @@ from typing import Any
 VALID, INVALID, UNKNOWN = "valid", "invalid", "unknown"
 TERMINAL_STATES = frozenset({"ready", "failed"})
 
-# DESIGN §2 reading: an attachment whose job expires before any claim may go queued → failed directly
+# CONTRACT §5 reading: an attachment whose job expires before any claim may go queued → failed directly
 # (with the expiry error_code: checked by state_regression against the final state).
 EXPIRY_TRANSITION = ("queued", "failed")
 
-# DESIGN §2: the only transitions an attachment may take (from, to).
+# CONTRACT §5: the only transitions an attachment may take (from, to).
 ALLOWED_TRANSITIONS = frozenset(
     {
         (None, "queued"),
@@ -146,7 +146,7 @@ def operator_replays(history, attachment_id: str) -> list[dict]:
 
 def attempt_after(trans: list[dict], index: int) -> int | None:
     """The attempt number a (re)queue at ``trans[index]`` starts: the one on the transition itself, or — for an
-    implementation that counts attempts at claim (DESIGN §2) — the one on the next claim, whichever is higher."""
+    implementation that counts attempts at claim (CONTRACT §5) — the one on the next claim, whichever is higher."""
     numbers = [trans[index]["attempt"]]
     claim = next((t for t in trans[index + 1:] if t["to"] == "processing"), None)
     if claim is not None:

@@ -4,8 +4,8 @@ Two facts read from the broker itself, whatever the topology:
 
 * **No requeue loop.** The run traces every delivery from the work queue (the firehose's ``deliver.<queue>``:
   ``delivery`` lines with the message's ``job_id``, ``attempt`` and the broker's ``redelivered`` flag). One message
-  handed out again and again with no new attempt — a nack with requeue in a loop — never ends by itself (DESIGN §5.4:
-  no endless redelivery loop). Per ``(job_id, attempt)`` (per body hash for a message without a job_id), the
+  handed out again and again with no new attempt — a nack with requeue in a loop — never ends by itself (CONTRACT §11,
+  invariant 4: no endless redelivery loop). Per ``(job_id, attempt)`` (per body hash for a message without a job_id), the
   redeliveries (``redelivered`` set) may not exceed, per message published with that key,
   ``max_attempts + 1 + returning faults``: an implementation may give a delivery back at most once per attempt it
   could spend (a bounded, counted requeue, as the dead-letter check allows), plus one lost ack, plus one per event of

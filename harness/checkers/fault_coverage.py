@@ -67,7 +67,7 @@ def _happened(step: dict, history, final: dict | None = None) -> tuple[bool, str
     return False, f"unknown action {action!r}"
 
 
-# What a timed SIGKILL must have left behind to count as hitting each window (DESIGN §3), read from the history
+# What a timed SIGKILL must have left behind to count as hitting each window (CONTRACT §6), read from the history
 # alone; without it the window was not shown hit, and the fault did not happen as scheduled (unknown).
 WINDOW_RULES = {
     "after_commit_before_ack": "a job already ready at the kill delivered again afterwards (a redelivered delivery "

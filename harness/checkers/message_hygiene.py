@@ -44,7 +44,7 @@ CREDENTIAL_NAME = re.compile(r"pass(word|wd)?$|passwd|secret|credential|authori[
 
 @lru_cache(maxsize=1)
 def validator() -> Draft202012Validator:
-    """jobs.schema.json with extra fields allowed at the top level (DESIGN §4: extensions are additive)."""
+    """jobs.schema.json with extra fields allowed at the top level (CONTRACT §4: extra fields are additive)."""
     schema = json.loads(JOBS_SCHEMA.read_text(encoding="utf-8"))
     schema = {**schema, "additionalProperties": True}
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)

@@ -2,7 +2,7 @@
 replay is a recorded failed→queued transition with a new attempt, and it ends terminal again.
 
 The replay is known from the call the harness made, not from the event's ``actor``; the new attempt is read
-under either attempt convention of DESIGN §2 (on the failed→queued transition, or on the claim after it).
+under either attempt convention of CONTRACT §5 (on the failed→queued transition, or on the claim after it).
 """
 
 from __future__ import annotations

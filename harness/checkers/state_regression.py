@@ -1,6 +1,6 @@
 """Invariant 3 — no regression (BE-JOB-002, BE-JOB-006).
 
-Each attachment's transitions form a path in DESIGN §2 starting null→queued,
+Each attachment's transitions form a path in CONTRACT §5 starting null→queued,
 each ``from`` equal to the previous ``to``; ``ready`` is final (level 5 rules
 aside); ``failed``→``queued`` only by an operator replay — one the harness itself
 asked for and the implementation accepted (the wording of ``actor`` is free);
@@ -37,7 +37,7 @@ def check(history, final, run) -> Verdict:
             if index > 0 and t["from"] != previous:
                 problems.append(evidence(f"transition {pair} does not continue from {previous!r}", **where))
             if pair not in ALLOWED_TRANSITIONS:
-                problems.append(evidence(f"transition {t['from']}→{t['to']} is not in DESIGN §2", **where))
+                problems.append(evidence(f"transition {t['from']}→{t['to']} is not in CONTRACT §5", **where))
             elif pair == ("failed", "queued"):
                 replays_seen += 1
                 if replays_seen > replays_asked:
@@ -65,5 +65,5 @@ def check(history, final, run) -> Verdict:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"the implementation exposes no events: only the polled states of "
                        f"{len(ids)} attachments were checked (no ready regression), not their transitions",
                        seed=seed_of(run))
-    return Verdict(NAME, VALID, REQUIREMENTS, f"{len(ids)} attachments followed DESIGN §2 paths",
+    return Verdict(NAME, VALID, REQUIREMENTS, f"{len(ids)} attachments followed CONTRACT §5 paths",
                    exercised=bool(ids), seed=seed_of(run))

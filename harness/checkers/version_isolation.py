@@ -1,4 +1,4 @@
-"""Version isolation (level 5, DESIGN §2 "a concurrent attempt never overwrites a newer pipeline_version"; the seed:
+"""Version isolation (level 5, CONTRACT §5 "a concurrent attempt never overwrites a newer pipeline_version"; the seed:
 "Конкурентные попытки не перезаписывают более новый pipeline_version").
 
 Read from the contract's level-5 surface only (docs/CONTRACT.md): the ``versions[]`` list of

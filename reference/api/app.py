@@ -90,7 +90,7 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
     app = FastAPI(
         title="Reference attachment pipeline",
         version="1.0.0",
-        description=("Upload API of the reference pipeline (DESIGN §4). "
+        description=("Upload API of the reference pipeline (CONTRACT §3). "
                      "Errors are {\"error\": {\"code\", \"message\"}}."),
         lifespan=lifespan,
     )

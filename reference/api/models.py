@@ -1,4 +1,4 @@
-"""Response and request shapes of the HTTP API (DESIGN §4; schemas/openapi.json)."""
+"""Response and request shapes of the HTTP API (CONTRACT §3; schemas/openapi.json)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Broken on purpose: failpoints declared, never wired.
 
-The adapter says the implementation has failpoints (DESIGN §4), and the harness
+The adapter says the implementation has failpoints (CONTRACT §7), and the harness
 arms them by restarting a role with FAILPOINTS set. This worker drops the
 variable before the reference reads it: an armed window is passed through as if
 nothing were armed. Nothing is wrong with its processing; what is wrong is that

@@ -1,7 +1,7 @@
 """Broken on purpose: a fixed retry delay (no exponential growth, no jitter).
 
 The reference waits ``uniform(0, min(cap, base * 2**n))`` before the next attempt of a job that met a transient
-error (full jitter, DESIGN §7). This variant waits the same constant delay — the declared base — before every
+error (full jitter, CONTRACT §8). This variant waits the same constant delay — the declared base — before every
 retry, whatever the retry number: the attempt limit still holds and every job still ends ``failed`` at
 max_attempts, but the backoff neither grows nor spreads, so a dependency that is down is hammered at a fixed
 rate by every job at once. Only the worker's retry backoff is replaced; everything else is the reference.

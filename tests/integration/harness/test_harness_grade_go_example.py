@@ -2,7 +2,7 @@
 
 `examples/go-pipeline` publishes to a direct exchange, declares its topology in the roles at start, runs its
 relay inside the API process, counts attempts at claim, words its events its own way and uses a fresh AMQP
-message_id per publish: everything DESIGN §4 says the harness may not assume.
+message_id per publish: everything CONTRACT §10 says the harness may not assume.
 """
 
 from __future__ import annotations

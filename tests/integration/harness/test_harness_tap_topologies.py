@@ -1,4 +1,4 @@
-"""The tap sees every message that reaches the work queue, whatever the topology (DESIGN §4), on a real broker.
+"""The tap sees every message that reaches the work queue, whatever the topology (CONTRACT §10), on a real broker.
 
 Each case declares the topology the way an implementation might (exchange type, routing, who declares it when),
 publishes a job message the way its relay would, and checks the tap recorded exactly the messages that reached

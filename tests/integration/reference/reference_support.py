@@ -229,7 +229,7 @@ class Pipeline:
     # ------------------------------------------------------------------ invariants
     def assert_exactly_once(self, attachment_id: str) -> dict:
         """ready once, one result row per effect key, objects match their checksums,
-        and the events are a path of DESIGN §2 without regression."""
+        and the events are a path of CONTRACT §5 without regression."""
         status = self.status(attachment_id)
         assert status["state"] == "ready", status
         rows = self.sql("SELECT variant, count(*) AS n FROM results WHERE attachment_id = %s GROUP BY variant",

@@ -1,5 +1,5 @@
 """Level-4 automatic recovery beyond the five windows: a message lost at the
-broker, and expiry before the effect (DESIGN §5.7)."""
+broker, and expiry before the effect (CONTRACT §5, expiry)."""
 
 from __future__ import annotations
 

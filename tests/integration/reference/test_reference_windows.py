@@ -1,4 +1,4 @@
-"""The five failure windows of DESIGN §3, each armed with `crash` in the role
+"""The five failure windows of CONTRACT §6, each armed with `crash` in the role
 that hosts it: the process dies there, is restarted, and the attachment still
 ends ready with exactly one result per effect key and no regression."""
 

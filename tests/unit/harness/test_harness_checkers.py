@@ -260,7 +260,7 @@ def test_message_hygiene_job_id_must_be_the_one_the_api_returned():
 
 
 @pytest.mark.parametrize("properties", [
-    {"message_id": "a-fresh-id-per-publish"},  # message_id is free (DESIGN §4)
+    {"message_id": "a-fresh-id-per-publish"},  # message_id is free (CONTRACT §4)
     {"message_id": JOB, "headers": {"x-attempt": 1, "traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}},
     {},
 ], ids=["message-id-not-job-id", "headers", "no-properties"])
