@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .defaults import DEFAULT_PARALLEL
 
-EXIT = {"valid": 0, "invalid": 1, "unknown": 2}
+EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "tampered": 1}  # tampered: a failure, never a pass
 KEEP_DATA_HELP = "keep the services' data folder (normally removed with the stack) for a post-mortem; its path is printed"
 
 
@@ -54,7 +54,7 @@ def cmd_scenarios(args) -> int:
 
 def _print_verdict(results: dict) -> None:
     for v in results.get("verdicts", []):
-        flag = {"valid": "ok     ", "invalid": "INVALID", "unknown": "unknown"}[v["status"]]
+        flag = {"valid": "ok     ", "invalid": "INVALID", "unknown": "unknown", "tampered": "TAMPERED"}[v["status"]]
         print(f"  {flag} {v['invariant']:20} {v['summary']}")
         if v["status"] != "valid":
             for e in v.get("evidence", [])[:3]:
@@ -322,9 +322,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    from .stack.process import raise_keyboard_interrupt_on_sigterm
+    from .stack.process import interrupt_on_ctrl_c, raise_keyboard_interrupt_on_sigterm
 
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    interrupt_on_ctrl_c()  # set, not assumed: started in the background, SIGINT arrives ignored
     raise_keyboard_interrupt_on_sigterm()  # so a SIGTERM, like Ctrl-C, stops every service we started
     try:
         return int(args.func(args) or 0)
@@ -337,7 +338,8 @@ def main(argv=None) -> int:
         print(f"harness: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     finally:
-        signal.signal(signal.SIGTERM, previous)  # an in-process caller (a test) keeps its own handling
+        for sig, handler in previous.items():  # an in-process caller (a test) keeps its own handling
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,11 @@ TMP_BEFORE = pytest.StashKey[tuple]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Started in the background (nohup, a CI runner), the test process inherits SIGINT as ignored; the tests of
+    # interrupt handling, like the CLI, need Python's own handler: set it rather than assume it.
+    from harness.stack.process import interrupt_on_ctrl_c
+
+    interrupt_on_ctrl_c()
     # pytest's temporary folders go under the checkout's git-ignored .run/pytest instead of /tmp, so a test run
     # leaves nothing in /tmp. pytest still numbers, locks and prunes them there (with tmp_path_retention_policy
     # "failed", only the folders of failed tests, from the last 3 runs, stay for a look).

@@ -142,6 +142,14 @@ def stop_group_by_pid(pgid: int, grace: float = 5.0, sig: int = signal.SIGTERM, 
 
 
 # --- signals -------------------------------------------------------------------------------------------------
+def interrupt_on_ctrl_c() -> None:
+    """SIGINT raises KeyboardInterrupt, whatever was inherited: a process started in the background by a
+    non-interactive shell (nohup, a CI runner's script, ``cmd &``) inherits SIGINT as *ignored*, and Python then
+    keeps it ignored — a grader's Ctrl-C or SIGINT would stop nothing. Only the main thread may set it."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def raise_keyboard_interrupt_on_sigterm() -> None:
     """SIGTERM behaves like Ctrl-C: Python's default ends the process without running any `finally`, which
     would leave every service (each in its own session, so not signalled with us) running."""

@@ -122,3 +122,21 @@ def test_cli_turns_sigterm_into_a_clean_interrupt(tmp_path):
               "finally:\n    print('cleanup ran')\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
     assert "cleanup ran" in result.stdout and "KeyboardInterrupt" in result.stderr
+
+
+def test_cli_interrupts_on_ctrl_c_even_when_started_with_sigint_ignored(tmp_path):
+    """A background start (nohup, a CI script, `cmd &`) hands SIGINT over ignored; the CLI sets its own handler
+    rather than assume Python's default, so a grader's Ctrl-C still stops what it started."""
+    import subprocess
+    script = ("import os, signal, sys, time\n"
+              "from harness import cli\n"
+              "def wait(args):\n"
+              "    try:\n        os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+              "    finally:\n        print('cleanup ran', flush=True)\n"
+              "cli.build_parser = lambda: type('P', (), {'parse_args': lambda self, argv: "
+              "type('A', (), {'func': staticmethod(wait)})()})()\n"
+              "sys.exit(cli.main([]))\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert "cleanup ran" in result.stdout, result.stderr
+    assert result.returncode == 2 and "interrupted" in result.stderr, result.stderr
