@@ -35,6 +35,7 @@ from .observe import ApiObserver, ConsumerSampler, Management, ObjectWatcher, Ta
 from .paths import reports_dir
 from .stack.ports import listener_port
 from .supervisor import Supervisor
+from .checkers.message_hygiene import storage_record
 
 REPORTS_DIR = reports_dir()  # reports/runs under the checkout, else under the current directory
 TERMINAL = ("ready", "failed")
@@ -258,6 +259,10 @@ class ScenarioRun:
             "seed": self.seed,
             "level": self.level,
             "adapter": {**self.adapter.summary(), "timings": self.timings_in_effect},
+            # message_hygiene: the bucket, the S3 endpoints' host:port and the secrets' hashes the roles were given
+            "storage": storage_record(getattr(self, "env", None) or {}, self.adapter.operator_token,
+                                      getattr(self, "env_direct", None) or {},
+                                      *(getattr(self, "role_links", None) or {}).values()),
             "workload": [op.describe() for op in self.ops],
             "workload_fingerprint": workload.fingerprint(self.ops),
             "schedule": self.schedule,

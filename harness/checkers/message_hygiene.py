@@ -1,10 +1,18 @@
 """Invariant 10 — message hygiene (BE-JOB-002, BE-JOB-005).
 
 Every message the tap saw reach the work queue carries the fields of schemas/jobs.schema.json, valid (extra fields
-are allowed: the contract grows additively); nothing anywhere in it — body, headers or properties — is a URL, a
-storage path, the client's filename, the file's bytes (an image's magic bytes, raw, base64 or hex) or a credential
-(a header, property or field named like a password, secret, token or authorization, with a value) — one rule set for
-the body, the headers and the string properties. Its ``job_id`` is the one the 202 gave for that attachment (CONTRACT
+are allowed: the contract grows additively); nothing anywhere in it — body, headers or properties — is a storage
+location, the client's filename, the file's bytes (an image's magic bytes, raw, base64 or hex) or a credential — one
+rule set for the body, the headers and the string properties, judged by values, never by names:
+
+* a storage location is any object key the harness saw written (the object watcher's history, the final read of
+  every attachment, the final bucket listing: flat keys and staging keys later moved too), the run's bucket, the S3
+  endpoint's host:port, a URL of a storage scheme (``s3://``, ``file://``…), of that endpoint, presigned, or naming
+  a file (an image extension), and a filesystem path; a URI that names none of these (a CloudEvents ``source``, a
+  schema URL) is an identifier;
+* a credential is a secret the harness knows (the tenant's passwords and S3 keys, the operator token: kept in
+  run.json as hashes only, see :func:`storage_record`), URL userinfo, or a ``Bearer``/``Basic`` value. A field named
+  ``fencing_token`` or ``x-dedup-token`` is service data. Its ``job_id`` is the one the 202 gave for that attachment (CONTRACT
 §4: it never changes on redelivery, retry or replay, so a replay answering another job_id is a finding too); the 202's
 job_id names no other attachment; and an attachment that was processed and whose messages the tap saw carries its
 202's job_id on at least one of them. A job_id never names two attachments. The AMQP ``message_id`` is free, and so
@@ -18,8 +26,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import re
+import urllib.parse
 from functools import lru_cache
 
 from jsonschema import Draft202012Validator
@@ -30,16 +40,22 @@ from .base import INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, eviden
 NAME = "message_hygiene"
 REQUIREMENTS = ["BE-JOB-002", "BE-JOB-005"]
 JOBS_SCHEMA = data_dir("schemas") / "jobs.schema.json"  # the repository's schemas/, or the wheel's copy
-# Storage paths an implementation might leak: an object key of ours, a filesystem path.
-PATH_MARKERS = ("://", "../", "/tmp/", "/var/", "/home/")
+# Filesystem paths an implementation might leak (URLs are judged by what they point at: :func:`url_problems`).
+PATH_MARKERS = ("../", "/tmp/", "/var/", "/home/", "file:")
+URL = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*)://([^\s/?#\"'<>]*)([^\s\"'<>]*)")
+STORAGE_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs", "az", "abfs", "abfss", "wasb", "wasbs", "minio",
+                             "file", "swift", "oss", "cos", "hdfs"})
+FILE_EXTENSION = re.compile(r"\.(png|jpe?g|gif|webp|bmp|tiff?|heic|avif|bin|dat|raw|img)$", re.I)
+PRESIGNED = re.compile(r"x-amz-(signature|credential)|[?&](signature|awsaccesskeyid|x-goog-signature)=", re.I)
+AUTH_VALUE = re.compile(r"^\s*(bearer|basic)\s+\S{6,}", re.I)
+TOKEN_SPLIT = re.compile(r"[\s:@/=,;&?\"'<>()\[\]{}]+")
+KEY_CHAR = re.compile(r"[A-Za-z0-9._/-]")
+MIN_NEEDLE = 6  # a shorter key or bucket name would match ordinary words
 # The file's bytes: the magic numbers of the image types the contract accepts (CONTRACT §3), as they start a file.
 IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a")
 RAW_MAGIC = ("PNG\r\n\x1a\n", "GIF87a", "GIF89a", "WEBPVP8", "\xff\xd8\xff", "JFIF\x00", "Exif\x00\x00")  # as text
 BASE64 = re.compile(r"^[A-Za-z0-9+/_-]{16,}={0,2}$")
 HEX = re.compile(r"^(?:[0-9a-fA-F]{2}){8,}$")
-# A name that says its value is a credential (in a header, a property or a body field).
-CREDENTIAL_NAME = re.compile(r"pass(word|wd)?$|passwd|secret|credential|authori[sz]ation|api[-_]?key|access[-_]?key|"
-                             r"(^|[-_.])token$|bearer|private[-_]?key", re.I)
 
 
 @lru_cache(maxsize=1)
@@ -111,14 +127,121 @@ def claimed(history, final, attachment_id: str) -> bool:
     return any(t.get("to") == "processing" for t in transitions_of(history, final or {}, attachment_id))
 
 
-def object_keys(final: dict) -> set[str]:
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def storage_record(env: dict, operator_token: str | None = None, *more_envs: dict) -> dict:
+    """What run.json keeps for this checker of the storage and secrets a run's roles were given: the bucket, the S3
+    endpoints' host:port (the proxied one the roles use, the direct one), and the sha256 of every secret (the S3
+    keys, the passwords in the database and broker URLs, the operator token) — never a secret in clear."""
+    secrets, endpoints, bucket = set(), [], None
+    for e in (env, *more_envs):
+        bucket = bucket or e.get("S3_BUCKET")
+        for name in ("S3_ENDPOINT_URL",):
+            netloc = urllib.parse.urlsplit(e.get(name) or "").netloc.rsplit("@", 1)[-1]
+            if netloc and netloc not in endpoints:
+                endpoints.append(netloc)
+        if e.get("S3_SECRET_KEY"):  # the access key is an identifier, the secret key is the secret
+            secrets.add(e["S3_SECRET_KEY"])
+        for name in ("DATABASE_URL", "AMQP_URL", "AMQP_URLS"):
+            for url in (e.get(name) or "").split(","):
+                parts = urllib.parse.urlsplit(url.strip())
+                # A password equal to its user name is no secret a message could leak (AMQP user_id is that name).
+                if parts.password and parts.password != parts.username:
+                    secrets.add(urllib.parse.unquote(parts.password))
+    if operator_token:
+        secrets.add(operator_token)
+    return {"bucket": bucket, "endpoints": endpoints,
+            "secret_sha256": sorted(_digest(x) for x in secrets if len(x) >= 4)}
+
+
+def object_keys(final: dict, history=None) -> set[str]:
+    """Every object key the harness saw: named by the final read (original, variants, versions), in the final bucket
+    listing, and written during the run (the object watcher's history: keys later moved or removed too)."""
     keys = set()
     for record in (final or {}).get("attachments", {}).values():
         body = record.get("body") or {}
-        for item in [body.get("original") or {}] + list(body.get("variants") or []):
-            if item.get("key") and "/" in item["key"]:
+        version_items = [x for v in body.get("versions") or [] if isinstance(v, dict)
+                         for x in v.get("variants") or [] if isinstance(x, dict)]
+        for item in [body.get("original") or {}] + list(body.get("variants") or []) + version_items:
+            if isinstance(item, dict) and isinstance(item.get("key"), str):
                 keys.add(item["key"])
+        keys.update(k for k in (record.get("objects") or {}) if isinstance(k, str))
+    keys.update(o["key"] for o in (final or {}).get("bucket_objects") or [] if isinstance(o, dict)
+                and isinstance(o.get("key"), str))
+    if history is not None:
+        keys.update(e["key"] for e in history.of_type("object") if isinstance(e.get("key"), str))
     return keys
+
+
+def storage_of(history, run: dict) -> dict:
+    """The run's bucket and S3 endpoints (run.json's ``storage``, else the object watcher's start) and secrets."""
+    record = dict(run.get("storage") or {})
+    if not record.get("bucket"):
+        record["bucket"] = next((e.get("bucket") for e in history.of_type("phase")
+                                 if e.get("name") == "object_watch_start" and e.get("bucket")), None)
+    return record
+
+
+def location_needles(keys: set[str], identifiers: set[str], free_words: set[str]) -> set[str]:
+    """The keys worth searching for: long enough to be no ordinary word, and not an identifier the message must
+    carry anyway (an implementation may store an object under its attachment_id) nor a word of the contract (a
+    variant's name)."""
+    return {k for k in keys if len(k) >= MIN_NEEDLE and k not in identifiers and k.lower() not in free_words}
+
+
+def _bounded(needle: str, text: str) -> bool:
+    """Whether ``needle`` occurs in ``text`` as a whole key (not inside a longer key-like word)."""
+    start = text.find(needle)
+    while start >= 0:
+        end = start + len(needle)
+        before = text[start - 1] if start else ""
+        after = text[end] if end < len(text) else ""
+        if not (before and KEY_CHAR.match(before) and before not in "/") and \
+                not (after and KEY_CHAR.match(after) and after not in "/."):
+            return True
+        start = text.find(needle, start + 1)
+    return False
+
+
+def _endpoint_in(endpoint: str, text: str) -> bool:
+    start = text.find(endpoint)
+    while start >= 0:
+        after = text[start + len(endpoint):start + len(endpoint) + 1]
+        if not after.isdigit():
+            return True
+        start = text.find(endpoint, start + 1)
+    return False
+
+
+def url_problems(text: str, endpoints: list[str]) -> list[str]:
+    """What each URL in ``text`` is, when it is a storage location or carries a credential: a storage scheme, the S3
+    endpoint, a presigned query, a file (image extension), userinfo. Any other URI is an identifier."""
+    found = []
+    for match in URL.finditer(text):
+        scheme, authority, rest = match.group(1).lower(), match.group(2), match.group(3)
+        if "@" in authority and ":" in authority.split("@", 1)[0]:
+            found.append("credential (URL userinfo)")
+        host = authority.rsplit("@", 1)[-1]
+        path = urllib.parse.urlsplit("x://h" + rest).path
+        if scheme in STORAGE_SCHEMES:
+            found.append(f"storage location ({scheme}:// URL)")
+        elif host and any(host == e or host.endswith("." + e) for e in endpoints):
+            found.append("storage endpoint (a URL of the S3 endpoint)")
+        elif PRESIGNED.search(rest):
+            found.append("storage location (a presigned URL)")
+        elif FILE_EXTENSION.search(path):
+            found.append("storage location (a URL of a file)")
+    return found
+
+
+def secret_in(text: str, secret_digests: frozenset[str]) -> bool:
+    if not secret_digests:
+        return False
+    if _digest(text) in secret_digests or _digest(text.strip()) in secret_digests:
+        return True
+    return any(_digest(part) in secret_digests for part in TOKEN_SPLIT.split(text) if len(part) >= 4)
 
 
 _NEEDLES: dict = {}
@@ -149,21 +272,31 @@ def _contained(needles: set[str], text: str) -> list[str]:
     return sorted(hits)
 
 
-def forbidden_content(m: dict, filenames: set[str], keys: set[str]) -> list[tuple[str, str]]:
-    """(what, value) for every URL, storage path, client filename, file bytes or credential anywhere in the message:
-    one rule set for the body (or its raw text), the headers and every string property."""
+def forbidden_content(m: dict, filenames: set[str], keys: set[str], storage: dict | None = None) -> list[tuple[str, str]]:
+    """(what, value) for every storage location, client filename, file bytes or credential anywhere in the message:
+    one rule set for the body (or its raw text), the headers and every string property, judged by values."""
+    storage = storage or {}
+    bucket = storage.get("bucket") if len(storage.get("bucket") or "") >= MIN_NEEDLE else None
+    endpoints = list(storage.get("endpoints") or [])
+    secrets = frozenset(storage.get("secret_sha256") or ())
     found = []
     where = {"body": m.get("body") if m.get("body") is not None else m.get("body_raw"),
              "properties": m.get("properties") or {}}
     for part, value in where.items():
         for name, text in items_in(value):
-            if name and CREDENTIAL_NAME.search(name) and text.strip():
-                found.append((f"{part} carries a credential ({name!r})", text))
+            if AUTH_VALUE.match(text) or secret_in(text, secrets):
+                found.append((f"{part} carries a credential", text))
             if carries_file_bytes(text):
                 found.append((f"{part} carries the file's bytes", text))
             if any(marker in text for marker in PATH_MARKERS):
-                found.append((f"{part} carries a URL or path", text))
-            for key in _contained(keys, text):
+                found.append((f"{part} carries a filesystem path", text))
+            for what in url_problems(text, endpoints):
+                found.append((f"{part} carries a {what}", text))
+            if any(_endpoint_in(e, text) for e in endpoints):
+                found.append((f"{part} carries the storage endpoint's host:port", text))
+            if bucket and _bounded(bucket, text):
+                found.append((f"{part} carries the storage bucket's name", text))
+            if any(_bounded(key, text) for key in _contained(keys, text)):
                 found.append((f"{part} carries a storage object key", text))
             for stem in _contained(filenames, text):
                 found.append((f"{part} carries the client filename", text))
@@ -188,8 +321,14 @@ def check(history, final, run) -> Verdict:
                        evidence=[evidence("what the tap mirrored", events=observed[:5])], seed=seed_of(run))
     filenames = {e["filename"].rsplit(".", 1)[0] for e in history.of_type("invoke") if e.get("filename")}
     filenames = {f for f in filenames if len(f) >= 6}
-    keys = object_keys(final)
     given = given_job_ids(history)
+    identifiers = set(given) | {j for jobs in given.values() for j in jobs} | {
+        str(v) for m in messages if isinstance(m.get("body"), dict)
+        for v in (m["body"].get("job_id"), m["body"].get("attachment_id")) if v}
+    variants = {str(v).lower() for m in messages if isinstance(m.get("body"), dict)
+                for v in m["body"].get("variants") or [] if isinstance(v, (str, int))}
+    keys = location_needles(object_keys(final, history), identifiers, variants)
+    storage = storage_of(history, run)
     owner_of_202 = {job_id: attachment_id for attachment_id, jobs in given.items() for job_id in jobs}
     problems = replay_job_changes(history, given)
     notes = []
@@ -197,7 +336,7 @@ def check(history, final, run) -> Verdict:
     named: dict[str, list[dict]] = {}  # attachment_id -> the tapped messages naming it
     for m in messages:
         body = m.get("body")
-        for what, value in forbidden_content(m, filenames, keys):
+        for what, value in forbidden_content(m, filenames, keys, storage):
             problems.append(evidence(what, job_id=(body or {}).get("job_id"), events=[m], value=value[:300]))
         if not isinstance(body, dict):
             problems.append(evidence("message body is not a JSON object", events=[m], raw=str(m.get("body_raw"))[:200]))

@@ -42,6 +42,8 @@ CASES = [
     ("unbounded_prefetch", "prefetch-under-backlog", {"bounded_concurrency"}),
     # The original's storage location in a message header (contract: identifiers only).
     ("message_carries_location", "window-commit-publish-failpoint", {"message_hygiene"}),
+    # The run's bucket in a header, flat (no slash, no scheme): found by value (issue 20, item 6).
+    ("message_carries_flat_key", "window-commit-publish-failpoint", {"message_hygiene"}),
     # Staging cleanup by age alone deletes the originals of accepted work.
     ("staging_cleanup_by_age", "window-staging-record-failpoint", {"staging_safety"}),
     # The worker never reads a job's deadline: a backlog that outlived it is rendered ready (BE-JOB-005.1).

@@ -40,7 +40,8 @@ def test_hygiene_finds_image_bytes_in_the_body_too():
 
 
 def test_hygiene_finds_credentials_in_headers_and_properties():
-    b = happy()
+    b = happy()  # credentials are judged by value: a secret the run's roles were given (kept as its hash)
+    b.run["storage"] = message_hygiene.storage_record({"S3_SECRET_KEY": "wJalrXUtnFEMI"})
     b.add(1, "message", body=job_message(), properties={"headers": {"x-s3-secret-key": "wJalrXUtnFEMI"}})
     verdict = message_hygiene.check(b.history(), b.final, b.run)
     assert verdict.status == INVALID and any("credential" in e["message"] for e in verdict.evidence), verdict.evidence

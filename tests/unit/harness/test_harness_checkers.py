@@ -218,7 +218,8 @@ def test_bounded_retries_catches_endless_redelivery_loop():
 # --- message hygiene --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("body, fragment", [
-    (message(download_url="http://x/y"), "URL"),
+    (message(download_url="s3://x/y"), "storage location"),  # a URL is judged by what it points at
+    (message(download_url="http://cdn.example/y.png"), "a URL of a file"),
     (message(tracestate="a=http://evil"), "validate"),
     (message(attempt=0), "validate"),
     (message(source="staging/" + ATT), "storage object key"),
@@ -246,7 +247,7 @@ def test_message_hygiene_checks_headers_and_properties_too():
     b = happy()
     b.add(1, "message", body=message(), properties={"headers": {"x-source": "http://cdn.example/holiday.png"}})
     verdict = message_hygiene.check(b.history(), b.final, b.run)
-    assert verdict.status == INVALID and "properties carries a URL" in verdict.evidence[0]["message"]
+    assert verdict.status == INVALID and "properties carries a storage location" in verdict.evidence[0]["message"]
     b2 = happy()  # the client filename in a header
     b2.add(1, "message", body=message(), properties={"headers": {"x-name": "holiday-0000abcd"}})
     assert message_hygiene.check(b2.history(), b2.final, b2.run).status == INVALID
