@@ -3,8 +3,14 @@
 ``check`` reports every problem at once, one line each, naming the field (jsonschema's error path, dotted as in
 TOML: ``roles.worker.instances``) and the reason: unknown keys, wrong types, missing required fields, timings the
 catalogue needs, ``[timings_env]`` keys without a ``[timings]`` value, role commands whose program is not found,
-``[failpoints]`` windows mapped to roles that do not exist, no consumer role. ``harness grade`` runs it first and
-refuses an adapter with problems.
+``[failpoints]`` windows mapped to roles that do not exist, no consumer role, a ``CHANGE-ME`` left from the
+skeleton. ``harness grade`` runs it first and refuses an adapter with problems.
+
+What can run but cannot prove everything is a warning, never a refusal: an optional timing left out (an
+implementation with no lease or no sweeper cannot declare one truthfully), a requirement no scenario can prove, a
+topology no role may have declared while the consumers are held. And it prints the **proof plan**: per checklist row
+of the graded level, whether this adapter can prove it and, if not, what is missing (a capability such as
+failpoints, events or a dead-letter queue, a timing, a ``[timings_env]`` entry, an expiry metric).
 """
 
 from __future__ import annotations
@@ -44,7 +50,18 @@ EVERY_SCENARIO = {"bounded_retries"}  # runs, and needs its timing, in every sce
 # too: an implementation with no lease (a plain Celery worker) cannot declare one truthfully, and without it no
 # grade can be valid anyway (BE-JOB-006 is left unprovable, a warning of its own), while a refusal would hide its
 # other faults.
-OPTIONAL_TIMINGS = {"stale_queued_seconds", "retry_base_seconds", "retry_cap_seconds", "lease_seconds"}
+OPTIONAL_TIMINGS = {"stale_queued_seconds", "retry_base_seconds", "retry_cap_seconds", "lease_seconds",
+                    # An implementation without a sweeper (no staging cleanup: a plain Celery deployment) is graded
+                    # too: the rows staging_safety proves are named not provable, and the rest is judged.
+                    "staging_retention_seconds", "sweep_interval_seconds"}
+# Checkers that say `unknown` without a capability or an adapter field (see each checker), and what is missing.
+NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "state_regression": (("events", "capabilities.events (GET /v1/attachments/{id}/events)"),),
+    "replay_audit": (("events", "capabilities.events (GET /v1/attachments/{id}/events)"),),
+    "expiry_metric": (("expiry.metric", "[expiry] metric (the counter of expired jobs)"),),
+}
+# Words the skeleton leaves for the author to replace: a grade with one of them left in never means anything.
+PLACEHOLDERS = ("CHANGE-ME", "CHANGE_ME")
 
 TOML_TYPES = {"object": "table", "array": "array", "string": "string", "integer": "integer", "number": "number",
               "boolean": "boolean", "null": "nothing"}
@@ -65,6 +82,7 @@ class Report:
     problems: list[Problem] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)  # the grade can run, but cannot be valid
+    plan: list["PlanRow"] = field(default_factory=list)  # per checklist row: provable by this adapter, or what lacks
 
     @property
     def ok(self) -> bool:
@@ -143,6 +161,20 @@ def _schema_problems(raw: dict, report: Report) -> None:
 
 
 # --- what the schema cannot say -----------------------------------------------------------------------------------
+
+def _placeholder_problems(raw, report: Report, path: tuple = ()) -> None:
+    """Every value still holding the skeleton's CHANGE-ME: refused (a work queue named CHANGE-ME is never observed,
+    a description saying CHANGE-ME is a forgotten field)."""
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            _placeholder_problems(value, report, (*path, key))
+    elif isinstance(raw, list):
+        for index, value in enumerate(raw):
+            _placeholder_problems(value, report, (*path, index))
+    elif isinstance(raw, str) and any(p in raw for p in PLACEHOLDERS):
+        report.add(field_name(path), f"still holds the skeleton's placeholder ({_short(raw)}): put your own value "
+                                     "here, or delete the field if your implementation has no such thing")
+
 
 def _table(raw: dict, key: str) -> dict:
     value = raw.get(key)
@@ -252,6 +284,136 @@ def _timing_problems(sut: adapter_mod.Adapter, catalogue, level: int, report: Re
         report.add(f"timings.{name}", "missing; without it " + " and ".join(parts))
 
 
+def held_from_start(scenario) -> bool:
+    """Whether the scenario holds every consumer from before the workload: they never start until released."""
+    return any(f.get("action") in ("hold", "permute") and "@consumers" in (f.get("hold") or [])
+               and f.get("at") is None and f.get("when") is None for f in scenario.raw.get("faults") or [])
+
+
+def _topology_warnings(sut: adapter_mod.Adapter, catalogue, level: int, report: Report) -> None:
+    """Without a setup command, the adapter cannot say who declares the work queue. If only a consumer declares it,
+    it does not exist while a scenario holds every consumer from the start: every publish then is unroutable —
+    confirmed by the broker, yet lost (CONTRACT §4)."""
+    from .scenarios import for_grade
+
+    if sut.setup:
+        return
+    chosen, _ = for_grade(catalogue, sut, level)
+    held = [s for s in chosen if held_from_start(s)]
+    if not held:
+        return
+    queue = _table(sut.raw, "broker").get("work_queue")
+    producers = sut.expand_roles(["@producers"])
+    report.warnings.append(Problem("setup", (
+        f"no [setup] command: the work queue {queue!r} and its bindings must exist before the first publish, "
+        f"declared by a role that is never held (a producer: {', '.join(producers) or 'the HTTP role'}). If only a "
+        f"consumer role ({', '.join(sut.roles_flagged('consumer'))}) declares it, it does not exist while "
+        f"{_names(held)} hold every consumer from the start: those publishes are unroutable (confirmed, yet lost)")))
+
+
+def _capability_warnings(sut: adapter_mod.Adapter, catalogue, level: int, report: Report) -> None:
+    """A check a scenario declares that this adapter cannot feed (events, an expiry metric) leaves that scenario, and
+    so each requirement it names, unknown: say which, before the grade runs. (Timings: _timing_problems.)"""
+    from .scenarios import for_grade
+
+    chosen, _ = for_grade(catalogue, sut, level)
+    by_lack: dict[str, list] = {}
+    for s in chosen:
+        for check in s.checks or []:
+            for need, label in NEEDS.get(check, ()):
+                if not (sut.expiry.get("metric") if need == "expiry.metric" else sut.has(need)):
+                    by_lack.setdefault(label, []).append((s, check))
+    for label, pairs in by_lack.items():
+        checks = sorted({c for _, c in pairs})
+        scenarios = list({s.name: s for s, _ in pairs}.values())
+        requirements = sorted({r for s in scenarios for r in s.raw["requirements"]})
+        report.warnings.append(Problem(label.split(" ")[0], (
+            f"not provided: {', '.join(checks)} would be unknown in {len(scenarios)} scenarios that run "
+            f"({_names(scenarios)}), so {', '.join(requirements)} would be unknown ({label})")))
+
+
+# --- the proof plan -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlanRow:
+    id: str
+    provable: bool
+    why: str  # by which scenarios, or what is missing
+
+    def __str__(self) -> str:
+        return f"  {self.id:13} {'provable' if self.provable else 'NOT PROVABLE':13} {self.why}"
+
+
+def check_lacks(sut: adapter_mod.Adapter, scenario, check: str) -> list[str]:
+    """What this adapter lacks for ``check`` to be judged in ``scenario`` (empty: nothing): a timing it does not
+    declare (and the scenario does not set), a capability, an adapter field."""
+    lacks = []
+    overridden = scenario.raw.get("timings") or {}
+    for name, checkers in TIMING_CHECKERS.items():
+        if check in checkers and sut.timings.get(name) is None and name not in overridden:
+            lacks.append(f"timings.{name}")
+    for need, label in NEEDS.get(check, ()):
+        present = sut.expiry.get("metric") if need == "expiry.metric" else sut.has(need)
+        if not present:
+            lacks.append(label)
+    return lacks
+
+
+def proof_plan(sut: adapter_mod.Adapter, catalogue, level: int) -> list[PlanRow]:
+    """Per checklist row required at ``level``: can a grade with this adapter prove it? A row is proved by a
+    scenario provoking it that runs, where one of the row's checks is exercised and valid and none is unknown
+    (grade.checklist_rows): so a row is not provable when every scenario provoking it is skipped, or when one of its
+    checks cannot be judged in a scenario that runs (it would be unknown)."""
+    from .checklist import ITEMS
+    from .scenarios import for_grade
+
+    chosen, skipped = for_grade(catalogue, sut, level)
+    ran = {s.name for s in chosen}
+    reason = {s.name: why for s, why in skipped}
+    rows = []
+    for item in ITEMS:
+        if item.level > level:
+            continue
+        provoking = [s for s in catalogue if s.in_grade and s.level <= level and item.id in (s.raw.get("verifies") or [])]
+        if not provoking:
+            rows.append(PlanRow(item.id, False, "no scenario of the catalogue provokes it"))
+            continue
+        running = [s for s in provoking if s.name in ran]
+        if not running:
+            rows.append(PlanRow(item.id, False, "every scenario provoking it is skipped: " + "; ".join(
+                f"{s.name}: {reason.get(s.name, 'skipped')}" for s in provoking)))
+            continue
+        blocked = []
+        for s in running:
+            declared = s.checks
+            for check in item.checks:
+                if declared is not None and check not in declared:
+                    continue
+                lacks = check_lacks(sut, s, check)
+                if lacks:
+                    blocked.append(f"{s.name}: {check} needs {', '.join(lacks)}")
+        if blocked:
+            rows.append(PlanRow(item.id, False, "its check would be unknown: " + "; ".join(blocked)))
+            continue
+        approximate = [s.name for s in running if s.raw.get("exactness") == "approximate"]
+        note = f" ({', '.join(approximate)}: approximate window)" if approximate else ""
+        rows.append(PlanRow(item.id, True, "by " + ", ".join(s.name for s in running) + note))
+    # A requirement also needs every scenario naming it to be judged: a check it declares that this adapter cannot
+    # feed (a staging timing without a sweeper, events) leaves that scenario, and the requirement, unknown.
+    blocked_req: dict[str, dict[str, list[str]]] = {}
+    for s in chosen:
+        for check in s.checks or []:
+            lacks = check_lacks(sut, s, check)
+            if lacks:
+                for rid in s.raw["requirements"]:
+                    blocked_req.setdefault(rid, {}).setdefault(f"{check} needs {', '.join(lacks)}", []).append(s.name)
+    for rid in sorted({item.requirement for item in ITEMS if item.level <= level}):
+        if rid in blocked_req:
+            rows.append(PlanRow(rid, False, "the requirement would be unknown: " + "; ".join(
+                f"{why} (in {', '.join(names)})" for why, names in blocked_req[rid].items())))
+    return rows
+
+
 def _coverage_problems(sut: adapter_mod.Adapter, catalogue, level: int, report: Report) -> None:
     """A requirement the catalogue proves at ``level`` but that no scenario can run for this adapter: the grade is
     certain to be unknown, so say so now, with why each of its scenarios is skipped."""
@@ -307,6 +469,7 @@ def check(path_or_name: str | Path, level: int | None = None) -> Report:
         return report
     _schema_problems(raw, report)
     _semantic_problems(raw, report)
+    _placeholder_problems(raw, report)
     if not isinstance(raw.get("roles"), dict):
         return report
     sut = adapter_mod.Adapter(path=path, raw=raw)
@@ -319,6 +482,9 @@ def check(path_or_name: str | Path, level: int | None = None) -> Report:
         scenarios = catalogue()
         _timing_problems(sut, scenarios, level, report)
         _coverage_problems(sut, scenarios, level, report)
+        report.plan = proof_plan(sut, scenarios, level)
+        _topology_warnings(sut, scenarios, level, report)
+        _capability_warnings(sut, scenarios, level, report)
     except Exception as exc:  # a table of the wrong type the schema problems already name
         if report.ok:
             report.add("<file>", f"cannot plan a grade with this adapter: {type(exc).__name__}: {exc}")
@@ -332,11 +498,19 @@ def render(report: Report) -> str:
     """The report as printed: one line per problem, or the summary of a clean adapter."""
     where = report.path or "adapter"
     warnings = [f"warning: {w}" for w in report.warnings]
+    plan, unprovable = [], [r for r in report.plan if not r.provable]
+    if report.plan:
+        plan = [f"proof plan (checklist rows of the graded level, then requirements): "
+                f"{len(report.plan) - len(unprovable)} provable, {len(unprovable)} not provable with this adapter",
+                *(str(r) for r in report.plan)]
     if report.ok:
-        return "\n".join([f"{where}: OK" + (f" ({len(warnings)} warnings)" if warnings else ""), *warnings,
-                          *report.summary])
+        head = f"{where}: OK" + (f" ({len(warnings)} warnings)" if warnings else "")
+        if unprovable:
+            head += (f"; but not provable with this adapter, so a full grade cannot be valid: "
+                     f"{', '.join(r.id for r in unprovable)} (see the proof plan)")
+        return "\n".join([head, *warnings, *report.summary, *plan])
     count = len(report.problems)
-    return "\n".join([*(str(p) for p in report.problems), *warnings,
+    return "\n".join([*(str(p) for p in report.problems), *warnings, *plan,
                       f"{where}: {count} problem{'s' if count != 1 else ''}"])
 
 

@@ -86,7 +86,10 @@ def test_a_broken_adapter_lists_each_problem_with_its_field(tmp_path, capsys):
     assert cli.main(["adapter", "check", str(path)]) == 1
     out = capsys.readouterr().out.splitlines()
     warnings = [f"warning: {w}" for w in report.warnings]  # the missing lease also leaves BE-JOB-006 unprovable
-    assert out[:-1] == [str(p) for p in report.problems] + warnings and out[-1] == f"{path}: 7 problems"
+    expected = [str(p) for p in report.problems] + warnings
+    assert out[:len(expected)] == expected and out[-1] == f"{path}: 7 problems"
+    # Then the proof plan, row by row: the missing lease leaves the ownership rows unprovable.
+    assert any(re.match(r"  BE-JOB-006\.1 +NOT PROVABLE .*lease_seconds", line) for line in out), out
     # `grade` runs the same check first and refuses before any service starts, with the same lines.
     assert cli.main(["grade", "--sut", str(path)]) == 2
     err = capsys.readouterr().err
@@ -161,18 +164,25 @@ def test_init_writes_a_skeleton_that_passes_once_its_commands_are_real(tmp_path,
     assert cli.main(["adapter", "init", str(path), "--force"]) == 0  # ...unless asked to
     assert path.read_text() == skeleton()
 
-    # As written: valid, and the only problems are the placeholder commands (one per role, and the setup).
+    # As written: valid, and the only problems are the placeholders: the commands (one per role, and the setup:
+    # not found) and every other CHANGE-ME, refused.
     report = check(path)
-    assert {p.field for p in report.problems} == {"setup.command[0]", "roles.api.command[0]",
-                                                  "roles.relay.command[0]", "roles.worker.command[0]",
-                                                  "roles.sweeper.command[0]"}, render(report)
-    assert all(p.reason.startswith("program not found") for p in report.problems)
-    # Filled with a real program: clean.
+    commands = {"setup.command[0]", "roles.api.command[0]", "roles.relay.command[0]", "roles.worker.command[0]",
+                "roles.sweeper.command[0]"}
+    others = {"description", "language", "broker.work_queue", "broker.exchange", "broker.routing_key",
+              "broker.dead_letter_queue"}
+    assert {p.field for p in report.problems} == commands | others, render(report)
+    assert all(any(p.reason.startswith("program not found") for p in report.problems if p.field == c)
+               for c in commands)
+    assert all(p.reason.startswith("still holds the skeleton's placeholder") for p in report.problems
+               if p.field in others)
+    # Filled with a real program and real names: clean.
     program = target / "bin" / "pipeline"
     program.parent.mkdir()
     program.write_text("#!/bin/sh\nexit 0\n")
     program.chmod(program.stat().st_mode | stat.S_IXUSR)
-    path.write_text(path.read_text().replace("{adapter_dir}/bin/CHANGE-ME", "{adapter_dir}/bin/pipeline"))
+    path.write_text(path.read_text().replace("{adapter_dir}/bin/CHANGE-ME", "{adapter_dir}/bin/pipeline")
+                    .replace('"CHANGE-ME: one line about the implementation"', '"mine"').replace('"CHANGE-ME"', '"jobs"'))
     report = check(path)
     assert report.ok, render(report)
     assert "consumer roles: worker" in report.summary and "recovering roles: sweeper" in report.summary
@@ -196,7 +206,7 @@ def test_the_skeleton_shows_every_field_of_the_schema():
     text = skeleton()
     raw = tomllib.loads(text)
     # Every field is set, or shown commented out (`# prefetch = 2`) with what it means.
-    uncommented = tomllib.loads(re.sub(r"(?m)^# (\w+ = )", r"\1", text))
+    uncommented = tomllib.loads(re.sub(r"(?m)^# (\w+ = |\[\w+\]$)", r"\1", text))
     missing = []
     for name in _schema_fields(schema, schema):
         node = uncommented
