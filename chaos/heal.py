@@ -1,4 +1,7 @@
-"""After every scenario: every toxic removed, every paused process continued, every role back up — and checked."""
+"""After every scenario: every toxic removed, every paused process continued, every role back up — and checked.
+
+Before it resets the proxies, the faults still in force are verified once more (``NetworkFaults.verify_at_heal``):
+what the heal itself changes is the harness's own change, never taken for tampering."""
 
 from __future__ import annotations
 
@@ -15,6 +18,9 @@ def heal_all(supervisor, toxiproxy, expected_running: set[str], history=None, st
     """Undo every fault and verify; returns what had to be repaired. Raises HealError if it cannot verify."""
     repaired: list[str] = []
     if toxiproxy is not None:
+        guard = getattr(toxiproxy, "guard", None)  # chaos/network.py: what the harness set, checked once more
+        if guard is not None:
+            guard.verify_at_heal()
         if not toxiproxy.is_clean():
             repaired.append("toxiproxy had toxics or disabled proxies")
         toxiproxy.reset()

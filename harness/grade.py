@@ -67,6 +67,10 @@ def _item_row(item, ran: list[dict], skipped: list[dict], required: bool) -> dic
             return {**base, "status": "unknown", "why": "not provoked: every scenario behind it was skipped: "
                                                         + "; ".join(reasons)}
         return {**base, "status": "missing", "why": "no scenario of this grade provokes it"}
+    tampered = [f"{s['name']} (seed {s['seed']}): {unknown_reason(s, 'tampered')}" for s in ran
+                if s.get("verdict") == "tampered"]
+    if tampered:  # the harness's faults were changed under the run: nothing it shows can pass a row
+        return {**base, "status": "tampered", "why": "; ".join(tampered)}
     invalid, unknown, exercised, idle = [], [], [], []
     for s in ran:
         if s.get("error"):
@@ -127,7 +131,7 @@ def requirement_checklist(scenario_results: list[dict], skipped: list[dict], req
         failing = [f"{item_id} {row['status']}: {row['why']}" for item_id, row in own.items()
                    if row["status"] != "pass"]
         names = sorted({n for row in own.values() for n in row["scenarios"]} | set(by_scenarios["scenarios"]))
-        if by_scenarios["scenarios"] and by_scenarios["status"] in ("fail", "unknown") and not by_scenarios["why"].startswith("no check"):
+        if by_scenarios["scenarios"] and by_scenarios["status"] in ("fail", "unknown", "tampered") and not by_scenarios["why"].startswith("no check"):
             failing.append(by_scenarios["why"])  # a scenario naming it went wrong, whichever row it provokes
         if not failing:
             out[rid] = {"status": "pass", "why": f"all {len(own)} checklist rows pass ({', '.join(sorted(own))})",
@@ -135,6 +139,8 @@ def requirement_checklist(scenario_results: list[dict], skipped: list[dict], req
             continue
         worst = "fail" if by_scenarios["status"] == "fail" or any(row["status"] == "fail" for row in own.values()) \
             else "unknown"
+        if by_scenarios["status"] == "tampered" or any(row["status"] == "tampered" for row in own.values()):
+            worst = "tampered"
         out[rid] = {"status": worst, "why": "; ".join(failing), "scenarios": names}
     return out
 
@@ -147,6 +153,10 @@ def _by_scenarios(rid: str, scenario_results: list[dict], skipped: list[dict], n
         return ({"status": "unknown", "why": f"required at this level but not exercised: {why}", "scenarios": []}
                 if needed else {"status": "skipped", "why": f"not required by this grade: {why}", "scenarios": []})
     names = [s["name"] for s in ran]
+    tampered = [s for s in ran if s["verdict"] == "tampered"]
+    if tampered:
+        return {"status": "tampered", "why": "; ".join(f"{s['name']} (seed {s['seed']}): {unknown_reason(s, 'tampered')}"
+                                                       for s in tampered), "scenarios": names}
     invalid = [s for s in ran if s["verdict"] == "invalid"]
     unknown = [s for s in ran if s["verdict"] == "unknown"]
     exercised = [f"{s['name']}: {v['invariant']}" for s in ran for v in proving_verdicts(rid, s)
@@ -168,9 +178,9 @@ def _by_scenarios(rid: str, scenario_results: list[dict], skipped: list[dict], n
                                      f"by {', '.join(exercised)}", "scenarios": names}
 
 
-def unknown_reason(scenario: dict) -> str:
+def unknown_reason(scenario: dict, status: str = "unknown") -> str:
     return "; ".join(f"{v['invariant']}: {v['summary']}" for v in scenario.get("verdicts", [])
-                     if v["status"] == "unknown") or "unknown verdict"
+                     if v["status"] == status) or f"{status} verdict"
 
 
 def scenario_entry(result: dict, run_dir: Path, base: Path, seconds: float) -> dict:
@@ -187,7 +197,8 @@ def skipped_entry(scenario, why: str) -> dict:
             "requirements": scenario.raw["requirements"], "verifies": scenario.raw.get("verifies") or []}
 
 
-REQUIREMENT_STATUS = {"pass": "valid", "fail": "invalid", "unknown": "unknown", "skipped": "valid"}
+REQUIREMENT_STATUS = {"pass": "valid", "fail": "invalid", "unknown": "unknown", "skipped": "valid",
+                      "tampered": "tampered"}
 
 
 def aggregate(grade_dir: Path, adapter_summary: dict, level: int, seed: int, entries: list[dict],

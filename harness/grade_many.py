@@ -384,7 +384,7 @@ def exit_code(rows: list[table.Row]) -> int:
     verdicts = [r.verdict for r in rows]
     if verdicts and all(v == "valid" for v in verdicts):
         return 0
-    if "invalid" in verdicts:
+    if "invalid" in verdicts or "tampered" in verdicts:  # tampered: the harness's faults changed, a failure
         return 1
     return 2
 

@@ -21,6 +21,8 @@ Line types (field ``type``):
   note                        anything else worth keeping
   object                      an object write seen by listing the bucket during the run (key, size, last_modified)
   metrics                     one read of a role instance's /metrics after the drain: the totals the adapter names
+  tamper                      the harness's faults re-read while in force (chaos/network.py): a change it did not make
+                              (found=changed) or a fault's verification summary (summary=true)
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any, Iterable, Iterator
 
 EVENT_TYPES = frozenset(
     {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note",
-     "object", "delivery", "metrics", "snapshot", "versions", "version_snapshot"}
+     "object", "delivery", "metrics", "snapshot", "versions", "version_snapshot", "tamper"}
 )
 
 

@@ -212,6 +212,44 @@ class ScopedToxiproxy:
         mine = set(self.names.values())
         return all(p["enabled"] and not p.get("toxics") for n, p in self.server.proxies().items() if n in mine)
 
+    # --- what is in force (tamper evidence: chaos/network.py compares it with what the harness set) -----------
+    def states(self) -> dict[str, dict | None]:
+        """service -> the state of its proxy as Toxiproxy reports it now (one GET): ``enabled``, ``listen``,
+        ``upstream`` and ``toxics`` (toxic name -> type, stream, toxicity, attributes); None for a proxy gone."""
+        proxies = self.server.proxies()
+        out: dict[str, dict | None] = {}
+        for service, name in self.names.items():
+            proxy = proxies.get(name)
+            out[service] = None if proxy is None else {
+                "enabled": bool(proxy.get("enabled")), "listen": proxy.get("listen"),
+                "upstream": proxy.get("upstream"),
+                "toxics": {t.get("name"): {"type": t.get("type"), "stream": t.get("stream"),
+                                           "toxicity": t.get("toxicity", 1.0), "attributes": t.get("attributes") or {}}
+                           for t in proxy.get("toxics") or []}}
+        return out
+
+
+def probe_refused(listen: str | None, timeout: float = 0.5) -> bool | None:
+    """A TCP connection to a proxy's listen address (``host:port``): True when refused (a cut proxy), False when it
+    was accepted, None when it could not be told (no address, a timeout, another error). A socket that connected to
+    itself (TCP simultaneous open: its ephemeral source port drawn equal to the closed port) counts as refused."""
+    import socket
+
+    if not listen or ":" not in str(listen):
+        return None
+    host, port = str(listen).rsplit(":", 1)
+    host = "127.0.0.1" if host in ("", "0.0.0.0", "[::]") else host.strip("[]")
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=timeout)
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return None
+    try:
+        return sock.getsockname() == sock.getpeername()
+    finally:
+        sock.close()
+
     def close(self) -> None:
         """Delete this run's proxies (their ports close)."""
         for name in self.names.values():

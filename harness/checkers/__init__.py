@@ -15,7 +15,8 @@ from . import upload_idempotency
 from . import version_isolation
 from . import broker_failover
 from . import dead_letter_replay
-from .base import INVALID, UNKNOWN, VALID, Verdict, combine
+from . import tamper_evidence
+from .base import INVALID, TAMPERED, UNKNOWN, VALID, Verdict, combine
 
 CHECKERS = {
     module.NAME: module
@@ -25,7 +26,7 @@ CHECKERS = {
                    batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage,
                    retry_exhaustion, dead_letter, expiry_metric, lease_renewal,
                    owner_overlap, stale_ack, delivery_accounting, upload_idempotency, version_isolation,
-                   broker_failover, dead_letter_replay)
+                   broker_failover, dead_letter_replay, tamper_evidence)
 }
 
 
@@ -55,4 +56,4 @@ def run_checks(history, final, run, names=None) -> list[Verdict]:
     return verdicts
 
 
-__all__ = ["ALWAYS_COUNTED", "CHECKERS", "INVALID", "UNKNOWN", "VALID", "Verdict", "combine", "counts", "run_checks"]
+__all__ = ["ALWAYS_COUNTED", "CHECKERS", "INVALID", "TAMPERED", "UNKNOWN", "VALID", "Verdict", "combine", "counts", "run_checks"]

@@ -13,6 +13,10 @@ from datetime import datetime
 from typing import Any
 
 VALID, INVALID, UNKNOWN = "valid", "invalid", "unknown"
+# The run was tampered with: something the harness set up (a fault in force) was changed by someone else while
+# it ran (harness/checkers/tamper_evidence.py). Worst of all: nothing else the run shows can be trusted.
+TAMPERED = "tampered"
+STATUSES = (VALID, INVALID, UNKNOWN, TAMPERED)
 TERMINAL_STATES = frozenset({"ready", "failed"})
 
 # CONTRACT §5 reading: an attachment whose job expires before any claim may go queued → failed directly
@@ -71,7 +75,9 @@ def not_proven(name: str, requirements: list[str], what: str, why: str, run: dic
 
 
 def combine(statuses: list[str]) -> str:
-    """invalid beats unknown beats valid (an empty list is valid)."""
+    """tampered beats invalid beats unknown beats valid (an empty list is valid)."""
+    if TAMPERED in statuses:
+        return TAMPERED
     if INVALID in statuses:
         return INVALID
     if UNKNOWN in statuses:

@@ -152,7 +152,7 @@ def grade_page(grade_dir: Path, results: dict) -> str:
     grade_dir = Path(grade_dir)
     scenarios = results.get("scenarios") or []
     verdicts = [s["verdict"] for s in scenarios]
-    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("valid", "invalid", "unknown") if verdicts.count(v))
+    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("tampered", "valid", "invalid", "unknown") if verdicts.count(v))
     timings = results.get("timings") or {}
     phases = [(s["name"], _json(grade_dir / s["run_dir"] / "run.json").get("timings") or {}) for s in scenarios]
     bars = plots.phase_bars(phases, links={s["name"]: "#" + anchor(s["name"]) for s in scenarios}) if scenarios else ""

@@ -12,7 +12,7 @@ def _suite(parent, scenario_result: dict) -> ET.Element:
     verdicts = scenario_result.get("verdicts") or []
     name = (scenario_result.get("scenario") or {}).get("name") or scenario_result.get("name")
     declared = (scenario_result.get("scenario") or scenario_result).get("checks")
-    failures = sum(v["status"] == "invalid" for v in verdicts)
+    failures = sum(v["status"] in ("invalid", "tampered") for v in verdicts)
     errors = sum(v["status"] == "unknown" and counts(v, declared) for v in verdicts) + \
         (1 if scenario_result.get("error") else 0)
     suite = ET.SubElement(parent, "testsuite", name=str(name), tests=str(len(verdicts) + (1 if scenario_result.get("error") else 0)),
@@ -27,8 +27,8 @@ def _suite(parent, scenario_result: dict) -> ET.Element:
     for v in verdicts:
         case = ET.SubElement(suite, "testcase", classname=f"harness.{name}", name=v["invariant"])
         text = json.dumps(v.get("evidence", [])[:10], indent=1, default=str)
-        if v["status"] == "invalid":
-            ET.SubElement(case, "failure", message=v["summary"], type="invalid").text = text
+        if v["status"] in ("invalid", "tampered"):  # tampered: the harness's faults changed under it, a failure
+            ET.SubElement(case, "failure", message=v["summary"], type=v["status"]).text = text
         elif v["status"] == "unknown" and counts(v, declared):
             ET.SubElement(case, "error", message=v["summary"], type="unknown").text = text
         elif v["status"] == "unknown":
@@ -40,15 +40,17 @@ def _suite(parent, scenario_result: dict) -> ET.Element:
 
 def _checklist_suite(parent, rows: dict) -> ET.Element:
     """One testcase per verification item of the seeds: a CI system shows the checklist as tests."""
-    bad = {status: sum(row["status"] == status for row in rows.values()) for status in ("fail", "unknown", "missing")}
-    suite = ET.SubElement(parent, "testsuite", name="checklist", tests=str(len(rows)), failures=str(bad["fail"]),
+    bad = {status: sum(row["status"] == status for row in rows.values())
+           for status in ("fail", "unknown", "missing", "tampered")}
+    suite = ET.SubElement(parent, "testsuite", name="checklist", tests=str(len(rows)),
+                          failures=str(bad["fail"] + bad["tampered"]),
                           errors=str(bad["unknown"] + bad["missing"]),
                           skipped=str(sum(row["status"] == "skipped" for row in rows.values())))
     for item_id, row in rows.items():
         case = ET.SubElement(suite, "testcase", classname=f"checklist.{row['requirement']}",
                              name=f"{item_id} {row['meaning']}")
-        if row["status"] == "fail":
-            ET.SubElement(case, "failure", message=row["why"], type="fail")
+        if row["status"] in ("fail", "tampered"):
+            ET.SubElement(case, "failure", message=row["why"], type=row["status"])
         elif row["status"] in ("unknown", "missing"):
             ET.SubElement(case, "error", message=row["why"], type=row["status"])
         elif row["status"] == "skipped":

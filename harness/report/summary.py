@@ -14,7 +14,8 @@ REQUIREMENT_TITLES = {
     "BE-JOB-007": "per-item batch results",
 }
 MARK = {"valid": "✅ valid", "invalid": "❌ invalid", "unknown": "❔ unknown", "pass": "✅ pass", "fail": "❌ fail",
-        "skipped": "⏭ skipped", "missing": "⛔ missing"}
+        "skipped": "⏭ skipped", "missing": "⛔ missing",
+        "tampered": "🚫 TAMPERED"}  # the harness's faults changed by someone else (checkers/tamper_evidence.py)
 
 
 def _evidence_lines(v: dict, limit: int = 5) -> list[str]:
@@ -61,7 +62,7 @@ def checklist_md(r: dict) -> list[str]:
     if not rows:
         return []
     tally = {status: sum(row["status"] == status for row in rows.values())
-             for status in ("pass", "fail", "unknown", "missing", "skipped")}
+             for status in ("tampered", "pass", "fail", "unknown", "missing", "skipped")}
     lines = ["", "## Checklist: the seeds' verification items", "",
              ", ".join(f"{n} {status}" for status, n in tally.items() if n) + f" (of {len(rows)} rows; rows above "
              f"level {r['level']} are not required)", "",

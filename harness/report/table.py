@@ -16,11 +16,11 @@ from .html import esc, pill, stylesheet
 from .summary import MARK, REQUIREMENT_TITLES
 
 REQUIREMENTS = sorted(REQUIREMENT_TITLES)  # BE-JOB-001 … BE-JOB-007
-GRADED = ("valid", "invalid", "unknown")
+GRADED = ("valid", "invalid", "unknown", "tampered")
 NOT_GRADED = ("invalid adapter", "did not start", "timeout", "error")
 VERDICT_MARK = {**{k: MARK[k] for k in GRADED}, "invalid adapter": "⛔ invalid adapter",
                 "did not start": "⛔ did not start", "timeout": "⏱ timeout", "error": "⚠ error"}
-STATUS_SYMBOL = {"pass": "✅", "fail": "❌", "unknown": "❔", "skipped": "⏭", "": "—"}
+STATUS_SYMBOL = {"pass": "✅", "fail": "❌", "unknown": "❔", "skipped": "⏭", "tampered": "🚫", "": "—"}
 CSV_COLUMNS = ["name", "adapter", "verdict", *REQUIREMENTS, "seconds", "report", "reason"]
 
 

@@ -14,7 +14,7 @@ from ..checkers.base import parse_time
 from ..paths import data_dir
 
 COLOURS = {"queued": "#f0c24b", "processing": "#4b8bf0", "ready": "#3bb273", "failed": "#d64545", None: "#ccc"}
-BADGE = {"valid": "#3bb273", "invalid": "#d64545"}
+BADGE = {"valid": "#3bb273", "invalid": "#d64545", "tampered": "#111111"}
 WIDTH, LEFT, ROW = 1100, 210, 22
 MAX_ROWS = 500  # a long soak's page: every attachment a failing check names, then an even sample of the rest
 
