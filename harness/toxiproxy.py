@@ -228,6 +228,14 @@ class ScopedToxiproxy:
                            for t in proxy.get("toxics") or []}}
         return out
 
+    def close(self) -> None:
+        """Delete this run's proxies (their ports close)."""
+        for name in self.names.values():
+            try:
+                self.server.delete_proxy(name)
+            except ToxiproxyError:
+                pass
+
 
 def probe_refused(listen: str | None, timeout: float = 0.5) -> bool | None:
     """A TCP connection to a proxy's listen address (``host:port``): True when refused (a cut proxy), False when it
@@ -249,11 +257,3 @@ def probe_refused(listen: str | None, timeout: float = 0.5) -> bool | None:
         return sock.getsockname() == sock.getpeername()
     finally:
         sock.close()
-
-    def close(self) -> None:
-        """Delete this run's proxies (their ports close)."""
-        for name in self.names.values():
-            try:
-                self.server.delete_proxy(name)
-            except ToxiproxyError:
-                pass

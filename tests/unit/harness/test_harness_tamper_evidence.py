@@ -222,3 +222,25 @@ def test_probe_tells_a_refused_port_from_a_listening_one():
         listener.close()
     assert probe_refused(f"127.0.0.1:{port}") is True
     assert probe_refused(None) is None
+
+
+def test_scoped_proxies_read_their_state_and_close():
+    from harness.toxiproxy import ScopedToxiproxy
+
+    class Server:
+        deleted: list = []
+
+        def proxies(self):
+            return {"t-postgres": {"enabled": False, "listen": "127.0.0.1:1", "upstream": "127.0.0.1:2",
+                                   "toxics": [{"name": "latency_downstream", "type": "latency", "stream": "downstream",
+                                               "toxicity": 1, "attributes": {"latency": 5, "jitter": 0}}]}}
+
+        def delete_proxy(self, name):
+            self.deleted.append(name)
+
+    scoped = ScopedToxiproxy(Server(), {"postgres": "t-postgres", "s3": "t-s3"})
+    states = scoped.states()
+    assert states["s3"] is None and states["postgres"]["enabled"] is False
+    assert states["postgres"]["toxics"]["latency_downstream"]["attributes"] == {"latency": 5, "jitter": 0}
+    scoped.close()
+    assert Server.deleted == ["t-postgres", "t-s3"]
