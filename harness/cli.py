@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path)
     p.add_argument("--stack-dir", type=Path)
     p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
+    _isolation_switch(p, "off")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("grade", help="grade an implementation: exit 0 valid, 1 invalid, 2 unknown/error")
@@ -238,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"scenarios side by side on the stack, each with its own database, vhost, bucket and "
                         f"proxies; one that restarts a service runs alone (default {DEFAULT_PARALLEL}; 1 = one "
                         f"after another)")
+    _isolation_switch(p, "off")
     p.set_defaults(func=cmd_grade)
 
     p = sub.add_parser("grade-many", help="grade a class of submissions, one after another on one shared stack: "
@@ -253,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", help="folder for the run's folder (default: reports/runs under the checkout, else "
                                      "under the current directory)")
     p.add_argument("--verbose", action="store_true", help="also print every scenario's own progress lines")
+    _isolation_switch(p, "on")
     p.set_defaults(func=cmd_grade_many)
 
     p = sub.add_parser("soak", help="rerun a correct implementation under many seeds, each with a random fault "
@@ -320,8 +323,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _isolation_switch(p, default: str) -> None:
+    """--isolate / --no-isolation (harness/isolation.py, docs/guides/grade-untrusted.md)."""
+    p.add_argument("--isolate", dest="isolate", action="store_true", default=None,
+                   help="run the submission's roles isolated: a user of their own, cgroup limits, network rules, "
+                        f"private /tmp (needs root, cgroups, nftables; default {default})")
+    p.add_argument("--no-isolation", dest="isolate", action="store_false",
+                   help="run the roles as the harness's own user, unlimited: only for code you trust")
+
+
+def _set_isolation(args) -> str | None:
+    """Apply the switch for this command; the reason isolation cannot be set up when it was asked for."""
+    from . import isolation
+
+    on = args.isolate if args.isolate is not None else args.command == "grade-many"
+    isolation.set_mode(on)
+    if on:
+        problems = isolation.check()
+        if problems:
+            return "; ".join(problems)
+    return None
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "isolate", "absent") != "absent":
+        problem = _set_isolation(args)
+        if problem:  # the grader's own infrastructure: exit 3, never a silent unisolated run
+            print(f"harness: isolation of the submission was asked for but cannot be set up: {problem}. "
+                  "Run as root on a machine with cgroups and nftables, or pass --no-isolation for code you trust.",
+                  file=sys.stderr)
+            from . import isolation
+
+            isolation.set_mode(None)
+            return 3
     from .stack.process import interrupt_on_ctrl_c, raise_keyboard_interrupt_on_sigterm
 
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -340,6 +375,10 @@ def main(argv=None) -> int:
     finally:
         for sig, handler in previous.items():  # an in-process caller (a test) keeps its own handling
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if getattr(args, "isolate", "absent") != "absent":
+            from . import isolation
+
+            isolation.set_mode(None)  # an in-process caller's next command starts from the default
 
 
 if __name__ == "__main__":

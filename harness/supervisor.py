@@ -5,10 +5,15 @@ so that SIGKILL / SIGSTOP / SIGCONT reach its whole process group, as a
 container runtime would. Output goes to ``run_dir/logs/<instance>.log``. A
 monitor thread notices exits and reports them to the history; instances can
 be restarted with a different environment (failpoint arming).
+
+With isolation on (``harness grade-many``, ``--isolate``; harness/isolation.py) every role of the run starts as the
+run's own unprivileged user, in its cgroup, behind its network rules, with a scrubbed environment and private
+temporary folders; ``stop_all`` kills whatever is left in the cgroup (a role that daemonized) and removes it all.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import isolation
+from .paths import reports_dir
 from .stack.process import signal_group
 
 
@@ -89,7 +96,7 @@ def log_tail(path: Path, lines: int = 15, limit: int = 4000) -> str:
 
 
 class Supervisor:
-    def __init__(self, run_dir: Path, history=None, on_exit=None):
+    def __init__(self, run_dir: Path, history=None, on_exit=None, isolate: bool | None = None):
         self.logs = Path(run_dir) / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.history = history
@@ -97,6 +104,16 @@ class Supervisor:
         self.instances: dict[str, Instance] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        # Isolation (harness/isolation.py): asked for by the caller, else the process's switch (the CLI's flags).
+        # Asked for and impossible raises IsolationError: never run a stranger's code unisolated by accident.
+        self.sandbox: isolation.Sandbox | None = None
+        self.isolation: dict = {"isolated": False}
+        if isolate if isolate is not None else isolation.enabled():
+            self.sandbox = isolation.Sandbox(Path(run_dir).name, hide=[reports_dir(), Path(run_dir).resolve().parent])
+            self.isolation = self.sandbox.describe()
+            self._record("note", message="isolation: roles run as an unprivileged user of their own, in a cgroup, "
+                         "behind network rules", isolation=self.isolation)
+        (Path(run_dir) / "isolation.json").write_text(json.dumps(self.isolation, indent=2) + "\n")
         self._monitor = threading.Thread(target=self._watch, name="supervisor", daemon=True)
         self._monitor.start()
 
@@ -109,6 +126,8 @@ class Supervisor:
 
     # --- lifecycle ------------------------------------------------------------------------------
     def add(self, name: str, role: str, command: list[str], env: dict[str, str]) -> Instance:
+        if self.sandbox is not None:
+            env = self.sandbox.environment(env)
         instance = Instance(name=name, role=role, command=command, env=env, log_path=self.logs / f"{name.replace('#', '-')}.log")
         with self._lock:
             self.instances[name] = instance
@@ -130,8 +149,12 @@ class Supervisor:
             log.write(f"\n=== harness: start {name} {' '.join(instance.command)} "
                       f"FAILPOINTS={env.get('FAILPOINTS', '')!r} at {time.time():.3f}\n".encode())
             log.flush()
+            argv = instance.command
+            if self.sandbox is not None:
+                env = self.sandbox.environment(env)
+                argv = self.sandbox.command(instance.command, env)
             instance.process = subprocess.Popen(
-                instance.command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True)
             log.close()
             instance.paused = False
@@ -217,6 +240,27 @@ class Supervisor:
                 for future in [pool.submit(self.stop, name, 3) for name in names]:
                     future.result()
         self._stop.set()
+        self.close_sandbox()
+
+    def close_sandbox(self) -> None:
+        """Kill every process left in the run's cgroup (a role that daemonized or started its own session), then
+        remove its rules, cgroups and mounts. The pids killed here and the connections refused are evidence."""
+        if self.sandbox is None or self.sandbox.closed:
+            return
+        summary = self.sandbox.close()
+        self.isolation = {**self.sandbox.describe(), "end": summary}  # the ports allowed are known only now
+        if summary.get("killed_at_end"):
+            self._record("note", message="isolation: killed what the submission left running in its cgroup after "
+                         "its roles stopped", pids=summary["killed_at_end"])
+        if summary.get("refused_packets"):
+            self._record("note", message="isolation: the network rules refused connections of the submission's roles",
+                         packets=summary["refused_packets"])
+        if summary.get("wall_time_exceeded"):
+            self._record("note", message="isolation: the submission's wall time ran out; its processes were killed")
+        try:
+            (self.logs.parent / "isolation.json").write_text(json.dumps(self.isolation, indent=2) + "\n")
+        except OSError:
+            pass
 
     # --- verification ---------------------------------------------------------------------------
     def problems(self, expected_running: set[str]) -> list[str]:
