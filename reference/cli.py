@@ -177,7 +177,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     settings = _settings("dlq")
     from reference import dlq
 
-    print(json.dumps(asyncio.run(dlq.list_letters(settings.amqp_url, args.limit)), indent=2, default=str))
+    print(json.dumps(asyncio.run(dlq.list_letters(settings, args.limit)), indent=2, default=str))
     return 0
 
 
@@ -196,7 +196,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
             return 2
 
     async def work(pool):
-        return await dlq.replay_letters(settings.amqp_url, pool, selector, operator=args.operator,
+        return await dlq.replay_letters(settings, pool, selector, operator=args.operator,
                                         reason=args.reason, ttl_seconds=settings.job_ttl_seconds)
 
     try:

@@ -9,9 +9,12 @@ Reading never loses a message: dead letters are taken with ``basic.get`` WITHOUT
 held unacknowledged; closing the channel returns every one not acknowledged. Only a replay acknowledges, and only
 after its database transaction committed (a lost ack leaves the letter in place; the next replay finds the job's
 attempt already replayed and removes it as a duplicate). Order and counts on RabbitMQ quorum queues (see
-docs/CONTRACT.md and the helper note of issue 12): a returned message keeps its place from RabbitMQ 4.0 on; from
-4.0 to 4.2 every return also counts towards a delivery limit (default 20 from 4.0), which a browse therefore
-spends — the dead-letter queue is declared without one and reads are bounded (``limit``) for that reason.
+docs/CONTRACT.md and reference/README.md "RabbitMQ versions"): a returned message keeps its place from RabbitMQ 4.0
+on; from 4.0 to 4.2 every return also counts towards a delivery limit (default 20 from 4.0 when the queue sets
+none), which a browse therefore spends. So the dead-letter queue declares its limit explicitly and high
+(DEAD_LETTER_DELIVERY_LIMIT), letters are given back with one ``basic.nack(requeue=true)`` each (from 4.3 on not a
+failed delivery, so not counted), and reads are bounded (``limit``). The broker list (AMQP_URLS) is followed as by
+every other role (reference/brokers.py).
 
 Replay (operator token, audited in ``dlq_replays``, one row per letter looked at, whatever the outcome):
 
@@ -166,11 +169,21 @@ def decide(job: dict | None, replayed_before: dict | None) -> tuple[str, str]:
 
 # ------------------------------------------------------------------------------------------------ broker side
 
-async def _open(amqp_url: str):
-    import aio_pika
+class _OneBroker:
+    """A single URL given where the settings are expected (callers and tests that name one node)."""
 
-    connection = await aio_pika.connect(amqp_url, timeout=GET_TIMEOUT_SECONDS,
-                                        client_properties={"connection_name": "reference-dlq"})
+    def __init__(self, amqp_url: str):
+        self.amqp_url, self.amqp_urls = amqp_url, ""
+
+
+async def _open(broker):
+    """``broker``: the settings (AMQP_URLS, else AMQP_URL: the node list every role fails over along, issue 23
+    defect 3) or one URL."""
+    from reference import brokers
+
+    settings = _OneBroker(broker) if isinstance(broker, str) else broker
+    connection = await brokers.connect(settings, timeout=GET_TIMEOUT_SECONDS,
+                                       client_properties={"connection_name": "reference-dlq"})
     channel = await connection.channel()
     queue = await channel.declare_queue(topology.DEAD_LETTER_QUEUE, passive=True)
     return connection, channel, queue, int(queue.declaration_result.message_count)
@@ -191,22 +204,36 @@ def _describe_message(message) -> dict:
     return describe(message.body, message.message_id, message.headers, message.timestamp)
 
 
-async def list_letters(amqp_url: str, limit: int = LIST_LIMIT) -> dict:
+async def _give_back(taken) -> None:
+    """Return every letter still held, each with its own ``basic.nack(requeue=true)`` before the channel closes:
+    from RabbitMQ 4.3 on a nack returns a message without counting a failed delivery (a ``basic.reject`` or a
+    channel close counts one), so a read does not spend the letter's delivery limit there; on 3.x and 4.0-4.2
+    every return counts, and the dead-letter queue's explicit limit (DEAD_LETTER_DELIVERY_LIMIT) bounds that."""
+    for message in taken:
+        try:
+            await message.nack(requeue=True)
+        except Exception:  # already settled (a replay acked it) or the channel is gone: the close returns it
+            pass
+
+
+async def list_letters(broker, limit: int = LIST_LIMIT) -> dict:
     """What is in the dead-letter queue (the first ``limit`` letters, in queue order). Nothing is acknowledged:
     every letter goes back when the private channel closes."""
     limit = max(1, min(int(limit), SCAN_LIMIT))
-    connection, channel, queue, depth = await _open(amqp_url)
+    connection, channel, queue, depth = await _open(broker)
+    taken: list = []
     try:
         taken = await _take(queue, min(depth, limit))
         letters = [_describe_message(m) for m in taken]
     finally:
-        await channel.close()  # returns every letter taken (never acknowledged)
+        await _give_back(taken)
+        await channel.close()  # returns every letter still held (never acknowledged)
         await connection.close()
     return {"queue": topology.DEAD_LETTER_QUEUE, "depth": depth, "listed": len(letters),
             "complete": len(letters) >= depth, "messages": letters}
 
 
-async def replay_letters(amqp_url: str, pool, selector: Selector, *, operator: str, reason: str,
+async def replay_letters(broker, pool, selector: Selector, *, operator: str, reason: str,
                          ttl_seconds: float) -> dict:
     """Replay the dead letters ``selector`` takes; every letter looked at gets an audit row of the request."""
     reason, operator = (reason or "").strip(), (operator or "").strip()
@@ -220,10 +247,12 @@ async def replay_letters(amqp_url: str, pool, selector: Selector, *, operator: s
     audit = {"request_id": request_id, "operator": operator[:200], "reason": reason[:1000]}
     results: list[dict] = []
     now = datetime.now(timezone.utc)
-    connection, channel, queue, depth = await _open(amqp_url)
+    connection, channel, queue, depth = await _open(broker)
     seen_keys, seen_jobs = set(), set()
+    held: list = []
     try:
         taken = await _take(queue, min(depth, max(1, selector.limit)))
+        held = list(taken)
         for message in taken:
             letter = _describe_message(message)
             if not selector.matches(letter, now):
@@ -235,7 +264,9 @@ async def replay_letters(amqp_url: str, pool, selector: Selector, *, operator: s
             results.append(outcome)
             if outcome["outcome"] != "unmappable":
                 await message.ack()  # after the commit: a lost ack leaves a duplicate, never a loss
+                held.remove(message)
     finally:
+        await _give_back(held)
         await channel.close()  # every letter not acknowledged goes back, the unmappable ones among them
         await connection.close()
     # Named but no longer in the queue: replayed before (a no-op that says so), or unknown.

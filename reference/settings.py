@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     worker_batch_wait_ms: float = Field(20.0, ge=0, le=60_000)
     image_workers: int = Field(default_factory=available_cores, ge=1, le=256)
     decode_timeout_seconds: float = Field(60.0, gt=0)
+    # A replacement render process (after a time limit, a cancel or a process death) must be ready within this
+    # long, or it is killed and another one started: a hung start never holds a slot.
+    image_worker_start_timeout_seconds: float = Field(30.0, gt=0)
 
     # AMQP heartbeat: a stopped or hung consumer loses its connection after
     # about two missed beats and the broker returns its prefetched deliveries.
@@ -88,6 +91,9 @@ class Settings(BaseSettings):
 
     # --- broker topology ---
     delivery_limit: int = Field(20, ge=1)
+    # The dead-letter queue's own limit, declared explicitly (RabbitMQ 4.0 defaults a quorum queue to 20, and 4.0-4.2
+    # count each return of a read of the dead-letter tools against it): reads never delete a letter.
+    dead_letter_delivery_limit: int = Field(1_000_000, ge=1)
     queue_max_length: int = Field(1_000_000, ge=1)
     dead_letter_ttl_seconds: int = Field(7 * 24 * 3600, ge=1)
 

@@ -23,6 +23,9 @@ class TopologyConfig:
     delivery_limit: int = 20
     queue_max_length: int = 1_000_000
     dead_letter_ttl_seconds: int = 7 * 24 * 3600
+    # Explicit, never the broker's default (RabbitMQ 4.0 gives a quorum queue without one a limit of 20, and 4.0-4.2
+    # count every return, a read of the dead-letter tools included): high enough that no read deletes a letter.
+    dead_letter_delivery_limit: int = 1_000_000
 
     def queue_arguments(self) -> dict:
         return {
@@ -35,7 +38,8 @@ class TopologyConfig:
         }
 
     def dead_letter_queue_arguments(self) -> dict:
-        return {"x-queue-type": "quorum", "x-message-ttl": self.dead_letter_ttl_seconds * 1000}
+        return {"x-queue-type": "quorum", "x-message-ttl": self.dead_letter_ttl_seconds * 1000,
+                "x-delivery-limit": self.dead_letter_delivery_limit}
 
 
 def routing_key_for(pipeline_version: int) -> str:
@@ -66,4 +70,5 @@ async def declare(channel: aio_pika.abc.AbstractChannel, config: TopologyConfig)
 
 
 def config_from_settings(settings) -> TopologyConfig:
-    return TopologyConfig(settings.delivery_limit, settings.queue_max_length, settings.dead_letter_ttl_seconds)
+    return TopologyConfig(settings.delivery_limit, settings.queue_max_length, settings.dead_letter_ttl_seconds,
+                          settings.dead_letter_delivery_limit)

@@ -100,8 +100,10 @@ class RenderPool:
     process, so no neighbour's render is cancelled, broken or timed out by it; a replacement is warmed up before it
     takes work, so its start-up is not charged to the next render either."""
 
-    def __init__(self, workers: int, limits: imaging.Limits, timeout_seconds: float):
+    def __init__(self, workers: int, limits: imaging.Limits, timeout_seconds: float,
+                 start_timeout_seconds: float = 30.0):
         self.workers, self.limits, self.timeout = workers, limits, timeout_seconds
+        self.start_timeout = start_timeout_seconds
         self.executors = {imaging.make_pool(1, limits) for _ in range(workers)}
         self.idle: asyncio.Queue = asyncio.Queue()
         for executor in self.executors:
@@ -114,9 +116,17 @@ class RenderPool:
             future.result()
 
     async def render(self, data: bytes, variants: tuple[str, ...]) -> list[imaging.RenderedVariant]:
-        executor = await self.idle.get()  # queueing for a process is not part of the time limit
-        future = asyncio.get_running_loop().run_in_executor(executor, imaging.render_variants, data, variants,
-                                                            self.limits)
+        while True:
+            executor = await self.idle.get()  # queueing for a process is not part of the time limit
+            try:
+                future = asyncio.get_running_loop().run_in_executor(executor, imaging.render_variants, data,
+                                                                    variants, self.limits)
+                break
+            except (concurrent.futures.process.BrokenProcessPool, RuntimeError):
+                # Its process died while idle (an OOM killer, a cgroup kill): the executor refuses new work at
+                # once. Replace it and take the next idle process; this render has not started, so nothing of it
+                # is charged (issue 23 defect 1: a broken executor was neither returned nor replaced).
+                self._replace(executor, "its idle process died")
         try:
             result = await asyncio.wait_for(future, self.timeout)
         except asyncio.TimeoutError:
@@ -144,19 +154,24 @@ class RenderPool:
         self.starting.add(task)
         task.add_done_callback(self.starting.discard)
 
+    async def _warm(self, executor) -> None:
+        await asyncio.get_running_loop().run_in_executor(executor, imaging.warm_up, self.limits)
+
     async def _start(self, executor) -> None:
-        """Make the replacement's process ready, then let it take work."""
-        try:
-            await asyncio.get_running_loop().run_in_executor(executor, imaging.warm_up, self.limits)
-        except Exception as exc:  # could not start: try a fresh one, never lose the slot
-            log.warning("image process did not start (%s); retrying", type(exc).__name__)
-            self.executors.discard(executor)
-            imaging.kill_pool(executor)
-            await asyncio.sleep(0.5)
-            replacement = imaging.make_pool(1, self.limits)
-            self.executors.add(replacement)
-            await self._start(replacement)
-            return
+        """Make the replacement's process ready, then let it take work. A start that fails or does not finish
+        within ``start_timeout`` (a hung fork, a warm-up that never returns) is given up and another replacement
+        tried: the slot is never lost."""
+        while True:
+            try:
+                await asyncio.wait_for(self._warm(executor), self.start_timeout)
+                break
+            except Exception as exc:  # could not start (TimeoutError included): try a fresh one
+                log.warning("image process did not start (%s); retrying", type(exc).__name__)
+                self.executors.discard(executor)
+                imaging.kill_pool(executor)
+                executor = imaging.make_pool(1, self.limits)  # the slot is counted while it waits to retry
+                self.executors.add(executor)
+                await asyncio.sleep(0.5)
         if executor in self.executors:
             self.idle.put_nowait(executor)
         else:  # shut down meanwhile
@@ -179,7 +194,8 @@ class Worker:
         self.backoff = FullJitterBackoff(settings.retry_base_seconds, settings.retry_cap_seconds)
         self.limits = imaging.Limits(settings.max_pixels, settings.max_side, settings.max_frames)
         # Started first: the pool's processes never inherit a broker or database socket.
-        self.render_pool = RenderPool(settings.image_workers, self.limits, settings.decode_timeout_seconds)
+        self.render_pool = RenderPool(settings.image_workers, self.limits, settings.decode_timeout_seconds,
+                                      settings.image_worker_start_timeout_seconds)
         self.render_pool.warm_up()
         self.store = ObjectStore.from_settings(settings, max_pool_connections=settings.worker_concurrency * 2 + 4)
         self.slots = asyncio.Semaphore(settings.worker_concurrency)

@@ -300,7 +300,7 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
         from reference import dlq
 
         try:
-            return await dlq.list_letters(settings.amqp_url, limit)
+            return await dlq.list_letters(settings, limit)
         except Exception as exc:
             raise ServiceUnavailable("broker_unavailable", f"the dead-letter queue could not be read "
                                      f"({type(exc).__name__})", settings.retry_after_seconds) from None
@@ -327,7 +327,7 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
 
     async def _dlq_replay(dlq, selector, reason: str, operator: str, settings: Settings, pool):
         try:
-            return await dlq.replay_letters(settings.amqp_url, pool, selector, operator=operator, reason=reason,
+            return await dlq.replay_letters(settings, pool, selector, operator=operator, reason=reason,
                                             ttl_seconds=settings.job_ttl_seconds)
         except dlq.DlqRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None

@@ -55,3 +55,15 @@ def test_decide_replays_queued_and_failed_work_once_and_leaves_the_rest():
     assert decide({**job, "state": "ready"}, None)[0] == "already_terminal"
     assert decide({**job, "state": "failed", "original_released": True}, None)[0] == "already_terminal"
     assert decide({**job, "state": "processing", "lease_live": True}, None)[0] == "in_progress"
+
+
+def test_both_quorum_queues_declare_their_delivery_limit_explicitly():
+    """Issue 23 defect 4: RabbitMQ 4.0 gives a quorum queue declared without ``x-delivery-limit`` a limit of 20;
+    neither queue of the reference relies on that default (the dead-letter queue's is high: reads never delete)."""
+    from reference import topology
+    from reference.settings import Settings
+
+    config = topology.config_from_settings(Settings(delivery_limit=7, dead_letter_delivery_limit=123_456))
+    assert config.queue_arguments()["x-delivery-limit"] == 7
+    assert config.dead_letter_queue_arguments()["x-delivery-limit"] == 123_456
+    assert topology.TopologyConfig().dead_letter_queue_arguments()["x-delivery-limit"] >= 1_000_000

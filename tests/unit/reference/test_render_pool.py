@@ -51,3 +51,74 @@ def test_neighbours_queued_behind_a_slow_image_are_not_timed_out_and_only_its_pr
             pool.shutdown()
 
     asyncio.run(scenario())
+
+
+def _kill_pool_processes(pool: RenderPool) -> list[int]:
+    """SIGKILL every render process of the pool (what an OOM killer or a cgroup kill does), found as the children
+    of the pool's own executors: never by name."""
+    import os
+    import signal
+
+    pids = [process.pid for executor in pool.executors
+            for process in (getattr(executor, "_processes", None) or {}).values()]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def test_idle_render_processes_killed_are_replaced_and_every_later_render_completes():
+    """Issue 23 defect 1: an idle render process that dies breaks its executor, whose ``submit`` then raises at
+    once. Every later render must still complete (in a replacement process), never wait forever for an idle
+    executor that is neither returned nor replaced."""
+    import time
+
+    async def scenario():
+        pool = RenderPool(2, imaging.Limits(), timeout_seconds=5.0)
+        pool.warm_up()
+        try:
+            for round_ in range(2):  # twice: a replacement killed in turn is replaced too
+                assert len(_kill_pool_processes(pool)) == 2
+                time.sleep(0.5)  # the executors notice their dead processes
+                outcomes = []
+                for shade in range(5):
+                    try:
+                        outcomes.append(await asyncio.wait_for(_outcome(pool, _png(64, shade)), 20))
+                    except asyncio.TimeoutError:
+                        outcomes.append("stuck")
+                    except Exception as exc:  # noqa: BLE001 - recorded: the assertion shows what went wrong
+                        outcomes.append(type(exc).__name__)
+                assert outcomes == ["ok"] * 5, (round_, outcomes)
+                assert len(pool.executors) == 2
+        finally:
+            pool.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_a_replacement_whose_start_hangs_is_given_up_and_replaced():
+    """Issue 23 defect 1: a replacement's warm-up that never finishes must not hold its slot for ever: it is given
+    up after the start time limit and another replacement takes the slot."""
+    async def scenario():
+        pool = RenderPool(1, imaging.Limits(), timeout_seconds=5.0, start_timeout_seconds=1.0)
+        pool.warm_up()
+        real_warm, calls = pool._warm, []
+
+        async def hang_first(executor):
+            calls.append(executor)
+            if len(calls) == 1:
+                await asyncio.sleep(3600)  # a hung warm-up
+            return await real_warm(executor)
+
+        pool._warm = hang_first
+        try:
+            pool._replace(pool.idle.get_nowait(), "test")  # what a render over its time limit does
+            try:
+                outcome = await asyncio.wait_for(_outcome(pool, _png(64, 3)), 20)
+            except asyncio.TimeoutError:
+                outcome = "stuck"
+            assert outcome == "ok"
+            assert len(calls) == 2 and len(pool.executors) == 1
+        finally:
+            pool.shutdown()
+
+    asyncio.run(scenario())
