@@ -26,8 +26,17 @@ def cases() -> list[tuple[str, str, set[str]]]:
     return broken_variants_module().CASES
 
 
+def cheat_cases() -> list[tuple[str, str, set[str]]]:
+    """tests/cheats/: submissions that tamper with what the harness set up, graded ``tampered`` in CI."""
+    path = REPO_ROOT / "tests" / "integration" / "harness" / "test_harness_cheats.py"
+    spec = importlib.util.spec_from_file_location("cheat_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CASES
+
+
 def test_every_checker_has_a_broken_variant_in_ci_or_a_written_reason():
-    proven = {name for _, _, invariants in cases() for name in invariants}
+    proven = {name for _, _, invariants in cases() + cheat_cases() for name in invariants}
     assert set(CHECKERS) - WITHOUT_VARIANT <= proven, sorted(set(CHECKERS) - WITHOUT_VARIANT - proven)
     assert WITHOUT_VARIANT <= set(CHECKERS)
     unknown = broken_variants_module().UNKNOWN_CASES
@@ -56,3 +65,16 @@ def test_the_track_record_and_the_broken_readme_list_every_case():
         assert f"`{variant}/`" in readme, variant
     for name in WITHOUT_VARIANT:
         assert re.search(rf"^\| [^|]*`{name}`", record, re.M), name
+
+
+def test_every_cheat_has_its_folder_a_catalogue_scenario_and_a_row():
+    known = {s.name for s in scenarios.catalogue()}
+    record = (REPO_ROOT / "docs" / "TRACK-RECORD.md").read_text()
+    readme = (REPO_ROOT / "tests" / "cheats" / "README.md").read_text()
+    for cheat, scenario, invariants in cheat_cases():
+        folder = REPO_ROOT / "tests" / "cheats" / cheat
+        assert (folder / "adapter.toml").is_file() and (folder / "main.py").is_file(), cheat
+        assert scenario in known and invariants <= set(CHECKERS), (cheat, scenario, invariants)
+        assert f"`{cheat}/`" in readme, cheat
+        rows = [line for line in record.splitlines() if line.startswith("|") and f"`{cheat}`" in line]
+        assert rows and f"`{scenario}`" in rows[0] and all(f"`{n}`" in rows[0] for n in invariants), cheat
