@@ -26,12 +26,14 @@ import httpx
 
 from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
 from chaos import kinds as fault_kinds
+from chaos.context import BrokerHandle, FaultContext
 
 from . import checkers, clock, http_clients, metrics, tenants_ahead, timing, workload
 from .final_state import read_final, staging_retention_wait
 from .history import History, HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
-from .observe import ApiObserver, ConsumerSampler, Management, ObjectWatcher, Tap, amqp_queue_depth, decode_payload
+from .broker import Management, Tap, amqp_queue_depth, decode_payload
+from .observe import ApiObserver, ObjectWatcher
 from .paths import reports_dir
 from .stack.ports import listener_port
 from .supervisor import Supervisor
@@ -136,12 +138,6 @@ class ScenarioRun:
         self.say = progress or (lambda text: None)
         self.timings: dict[str, float] = {}
         self.stopping = threading.Event()
-        self.held: set[str] = set()
-        self.peer_held: dict[str, int] = {}  # consumer instance -> the peek step holding it (_peek_peers)
-        self.hits: dict[str, threading.Event] = {}
-        self.window_hits: list[dict] = []
-        self.restart_timers: list[threading.Timer] = []
-        self.restart_after: dict[str, float] = {}
         self.metrics_urls: dict[str, str] = {}  # instance -> its /metrics, for roles besides the HTTP role
         self.schedule = resolve_schedule(list(scenario.raw.get("faults") or []), self.seed,
                                          {**adapter.timings, **(scenario.raw.get("timings") or {})})
@@ -152,7 +148,7 @@ class ScenarioRun:
                                  heavy_side=int(w.get("heavy_side", 4000)), hostile=w.get("hostile") or ())
         self.t0 = time.monotonic()
         self.timings_in_effect = adapter.timings
-        self.sampler = None
+        self.faults: FaultContext | None = None  # built with the roles (_start_roles): all a fault kind sees
 
     # --- helpers --------------------------------------------------------------------------------
     @contextmanager
@@ -168,12 +164,6 @@ class ScenarioRun:
 
     def log(self, text: str) -> None:
         self.say(f"[{time.monotonic() - self.t0:6.1f}s] {self.scenario.name}: {text}")
-
-    def instances_of(self, role: str) -> list[str]:
-        return [n for n, i in self.supervisor.instances.items() if i.role == role]
-
-    def expected_running(self) -> set[str]:
-        return {n for n in self.supervisor.instances if n not in self.held and n not in self.extra_stopped}
 
     def abort(self) -> None:
         """Ask this run, from another thread, to end early (its grade was interrupted): the phase under way stops
@@ -191,11 +181,10 @@ class ScenarioRun:
                             sut=self.adapter.name, level=self.level,
                             workload_fingerprint=workload.fingerprint(self.ops),
                             schedule_fingerprint=schedule_fingerprint(self.schedule))
-        self.extra_stopped: set[str] = set()
         error = None
         final = {"read_ok": False, "errors": ["run did not reach the final read"], "attachments": {}}
         self.supervisor = self.tenant = None
-        self.observer = self.tap = self.sampler = self.objects = None
+        self.observer = self.tap = self.objects = None
         try:
             with self.phase("setup"):
                 self._setup()
@@ -267,7 +256,7 @@ class ScenarioRun:
             "workload_fingerprint": workload.fingerprint(self.ops),
             "schedule": self.schedule,
             "schedule_fingerprint": schedule_fingerprint(self.schedule),
-            "window_hits": self.window_hits,
+            "window_hits": self.faults.window_hits if self.faults else [],
             "timings": dict(self.timings),
             "timings_detail": dict(getattr(self, "timings_detail", {})),  # the phases' parts (harness/timing.py)
             "error": error,
@@ -322,7 +311,8 @@ class ScenarioRun:
             self.tap.trace_deliveries()
 
     def _start_roles(self) -> None:
-        self.supervisor = Supervisor(self.run_dir, self.history, on_exit=self._on_exit)
+        self.supervisor = Supervisor(self.run_dir, self.history, on_exit=lambda i, info: self.faults.on_exit(i, info))
+        self.faults = self._fault_context()
         counts = {role: n for key, n in (self.scenario.raw.get("roles") or {}).items()
                   for role in self.adapter.expand_roles([key])}
         for name, role in self.adapter.roles.items():
@@ -337,11 +327,11 @@ class ScenarioRun:
         # extra restart needed); a role held before the workload (a backlog builds up) is never started until its
         # release.
         for step in self.schedule:
-            fault_kinds.prepare(self, step)
+            fault_kinds.prepare(self.faults, step)
         with timing.split(self, "role_spawn"):
             for name in self.supervisor.instances:
-                if name not in self.held:
-                    self.supervisor.start(name, self._first_start_env(name))
+                if name not in self.faults.held:
+                    self.supervisor.start(name, self.faults.first_start_env(name))
         with timing.split(self, "role_healthy"):
             self._wait_healthy()
             self._verify_skew()
@@ -359,6 +349,7 @@ class ScenarioRun:
             self.observer.on_ready = ReadySnapshot(self.env_direct, self.history)  # duplicate_effects' before-image
             self.observer.on_version_ready = self.observer.on_ready.version_ready  # level 5: version_isolation's
             self.observer.start()
+            self.faults.observer = self.observer
             if self.scenario.raw.get("watch_objects"):
                 self.objects = ObjectWatcher(self.env_direct, self.history)
                 self.history.append("phase", name="object_watch_start", bucket=self.objects.bucket)
@@ -448,111 +439,36 @@ class ScenarioRun:
                                     groups=self.clock_groups.get(instance.role, []), **found)
                 self.log(f"clock of {name} +{offset:g}s: {found['status']} ({found['reason']})")
 
-    def _first_start_env(self, name: str) -> dict:
-        arms = {}
-        for step in self.schedule:
-            if step["action"] == "failpoint" and step.get("at") is None and step.get("when") is None:
-                if self._failpoint_instance(step) == name:
-                    arms[step["window"]] = step.get("spec", "1*crash")
-                    self.history.append("fault", action="failpoint", phase="arm", role=name, window=step["window"],
-                                        spec=step.get("spec", "1*crash"))
-                    self.hits.setdefault(name, threading.Event())
-        from chaos import failpoints_value
-
-        return {"FAILPOINTS": failpoints_value(arms)} if arms else {}
-
-    def _failpoint_instance(self, step) -> str:
-        role = step.get("role") or self.adapter.window_role(step["window"])
-        return self.instances_of(role)[0]
-
     def _wait_healthy(self, timeout: float | None = None) -> None:
         wait_http_healthy(self.adapter, self.base_url, timeout)
 
-    def _on_exit(self, instance, info) -> None:
-        if self.stopping.is_set():
-            return
-        if instance.armed and not info["expected"]:
-            hit = {"role": instance.name, "windows": sorted(instance.armed), "returncode": info["returncode"],
-                   "exactness": "exact", "wall": time.time()}
-            self.window_hits.append(hit)
-            for window in sorted(instance.armed):
-                self.history.append("fault", action="crash", phase="hit", role=instance.name, window=window,
-                                    returncode=info["returncode"])
-            self.log(f"failpoint hit: {instance.name} crashed in {', '.join(sorted(instance.armed))}")
-            self.hits.setdefault(instance.name, threading.Event()).set()
-            self._schedule_restart(instance.name, float(self.restart_after.get(instance.name, 0.5)))
-        elif not info["expected"]:
-            self.history.append("note", message="role exited unexpectedly; restarting", role=instance.name,
-                                returncode=info["returncode"])
-            self._schedule_restart(instance.name, 0.5)
+    def _fault_context(self) -> FaultContext:
+        """All the fault kinds see of this run (chaos/context.py): built once, with the roles; the observer and the
+        workload's start are set on it when they exist."""
+        broker = BrokerHandle(self.management, self.tap, self.tenant.direct.amqp_url,
+                              str(getattr(self.tenant.direct, "amqp_urls", "") or ""),
+                              self.adapter.broker["work_queue"])
+        return FaultContext(
+            adapter=self.adapter, seed=self.seed, windows=list(self.scenario.raw.get("windows") or []),
+            schedule=self.schedule, supervisor=self.supervisor, history=self.history, stack=self.stack,
+            broker=broker, base_url=self.base_url, stopping=self.stopping, log=self.log,
+            processes=ProcessFaults(self.supervisor, self.history), network=NetworkFaults(self.toxiproxy, self.history),
+            services=ServiceFaults(self.stack, self.history), failpoints=FailpointFaults(self.supervisor, self.history),
+            instance_env=self._metrics_env, after_release=self._verify_released)
 
-    def _schedule_restart(self, name: str, delay: float) -> None:
-        def restart():
-            if self.stopping.is_set() or name in self.held or name in self.extra_stopped:
-                return
-            self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
-        timer = threading.Timer(delay, restart)
-        timer.daemon = True
-        self.restart_timers.append(timer)
-        timer.start()
-
-    def _peek_peers(self, step) -> list[str]:
-        """For a crash whose delivery the harness looks for (``peek_queue``): every consumer instance but the one
-        the step crashes. They are held with the step's roles — a running one would take the returned delivery
-        before the look (two worker instances, the usual deployment)."""
-        if not step.get("peek_queue") or step["action"] not in ("failpoint", "sigkill"):
-            return []
-        try:
-            target = self._failpoint_instance(step) if step["action"] == "failpoint" else self._target(step)
-        except (ValueError, IndexError, KeyError):
-            return []  # a step whose role the adapter lacks fails where it runs, never in a release or the heal
-        return [n for r in self.adapter.expand_roles(["@consumers"]) for n in self.instances_of(r) if n != target]
-
-    def _hold(self, step) -> None:
-        roles = self.adapter.expand_roles(step.get("hold") or [])
-        names = [n for r in roles for n in self.instances_of(r)]
-        peers = [n for n in self._peek_peers(step) if n not in names]
-        if not names and not peers:
-            return
-        for name in peers:
-            self.peer_held[name] = step["index"]
-        for name in names + peers:
-            self.held.add(name)
-            if self.supervisor.instances[name].alive():
-                self.supervisor.stop(name)
-        self.history.append("phase", name="hold_start", roles=roles, instances=names + peers, fault=step["index"],
-                            **({"consumer_peers": peers} if peers else {}))
-        self.log(f"holding {', '.join(names)}" + ("" if step["action"] == "hold" else
-                                                   " (so lease recovery cannot mask the fault)"))
-
-    def _release(self, step) -> None:
-        roles = self.adapter.expand_roles(step.get("hold") or [])
-        # An instance another step holds as a peek's peer stays down until that step releases it.
-        names = [n for r in roles for n in self.instances_of(r)
-                 if n in self.held and self.peer_held.get(n, step["index"]) == step["index"]]
-        names += [n for n in self._peek_peers(step) if n in self.held and n not in names
-                  and self.peer_held.get(n) == step["index"]]
-        for name in names:
-            self.peer_held.pop(name, None)
-        if not names:
-            return
-        for name in names:
-            self.held.discard(name)
-            self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
-        self.history.append("phase", name="hold_end", roles=roles, instances=names, fault=step["index"])
+    def _verify_released(self, names: list[str]) -> None:
+        """Roles held from the start were not skew-verified then: once their processes are up."""
         if any(self.supervisor.instances[n].role in self.skew for n in names):
-            def verify_released():  # held at start, so not verified then: once its processes are up
+            def verify_released():
                 time.sleep(0.5)
                 self._verify_skew(names)
             threading.Thread(target=verify_released, daemon=True).start()
-        self.log(f"released {', '.join(names)}")
 
     def _workload_and_faults(self) -> None:
         w = self.scenario.raw["workload"]
         client = http_clients.client(base_url=self.base_url)
         uploader = workload.Uploader(client, self.history, retries=8, retry_delay=0.5)
-        self.workload_started = time.monotonic()
-        self.workload_done = threading.Event()
+        self.workload_started = self.faults.workload_started = time.monotonic()
         nemesis = threading.Thread(target=self._nemesis, name="nemesis", daemon=True)
         nemesis.start()
         spacing = float(w.get("spacing_seconds", 0.1))
@@ -572,7 +488,7 @@ class ScenarioRun:
             list(pool.map(one, enumerate(self.ops)))
         workload.idempotency_probes(uploader, self.ops, self.seed, int(w.get("repeat_keys", 0)),
                                     int(w.get("conflicting_keys", 0)), on_accepted=self.observer.watch)
-        self.workload_done.set()
+        self.faults.workload_done.set()
         self.log(f"workload done: {len(self.observer.ids)} accepted of {len(self.ops)}")
         with timing.split(self, "faults_after_workload"):  # the nemesis's steps still under way
             nemesis.join(float(self.scenario.raw.get("nemesis_timeout_seconds", 90)))
@@ -580,10 +496,6 @@ class ScenarioRun:
 
     # --- nemesis --------------------------------------------------------------------------------
     def _nemesis(self) -> None:
-        self.processes = ProcessFaults(self.supervisor, self.history)
-        self.network = NetworkFaults(self.toxiproxy, self.history)
-        self.services = ServiceFaults(self.stack, self.history)
-        self.failpoints = FailpointFaults(self.supervisor, self.history)
         threads = []
         for step in self.schedule:
             thread = threading.Thread(target=self._run_step_safely, args=(step,), daemon=True,
@@ -597,91 +509,16 @@ class ScenarioRun:
         """A fault step's own thread: its kind (chaos/kinds/<action>.py) waits for the trigger, applies the fault,
         undoes it; a failure is recorded, never raised into the run."""
         try:
-            fault_kinds.run(self, step)
+            fault_kinds.run(self.faults, step)
         except Exception as exc:
             self.history.append("note", message="fault step failed", fault=step["index"], error=repr(exc))
             self.log(f"fault step {step['index']} failed: {exc!r}")
 
-    def _wait_trigger(self, step, delay: float = 0.0) -> bool:
-        """Wait for the step's trigger; False if it never came within the step timeout."""
-        deadline = time.monotonic() + float(step.get("timeout", 30))
-        if "at" in step and step.get("at") is not None:
-            time.sleep(max(0.0, self.workload_started + float(step["at"]) - time.monotonic()))
-        when = step.get("when")
-        if when:
-            while not self._condition(when):
-                if time.monotonic() > deadline or self.stopping.is_set():
-                    self.history.append("note", message=f"trigger {when!r} never came", fault=step["index"])
-                    return False
-                time.sleep(0.02)
-        time.sleep(delay)
-        return True
-
-    def _condition(self, when: str) -> bool:
-        states = self.observer.states
-        if when == "accepted":
-            return bool(self.observer.ids)
-        if when == "processing":
-            if any(s == "processing" for s in list(states.values())):
-                return True
-            # Processing can last a fraction of a second: look at the unfinished ones now, not at the next poll.
-            for attachment_id in [a for a in self.observer.ids if states.get(a) not in TERMINAL][:3]:
-                try:
-                    self.observer.poll_one(attachment_id)
-                except Exception:
-                    pass
-            return any(s == "processing" for s in list(states.values()))
-        if when == "ready":
-            return any(s == "ready" for s in list(states.values()))
-        if when == "message":
-            return bool(self.tap.tapped())
-        if when == "idle":
-            return self.workload_done.is_set() and all(states.get(a) in TERMINAL for a in self.observer.ids)
-        raise ValueError(f"unknown trigger {when!r}")
-
-    def _role(self, step) -> str:
-        """The role a step targets: named, or a group (default ``@consumers``: the adapter's consumer roles)."""
-        roles = self.adapter.expand_roles([step.get("role") or "@consumers"], self.scenario.raw.get("windows") or [])
-        if not roles:
-            raise ValueError(f"scenario targets {step.get('role') or '@consumers'!r}, which the adapter does not define")
-        return roles[0]
-
-    def _target(self, step) -> str:
-        role = self._role(step)
-        names = self.instances_of(role)
-        if not names:
-            raise ValueError(f"scenario targets role {role!r} which the adapter does not define")
-        return names[0]
-
-    def _start_sampler(self, step) -> None:
-        """Sample every consumer of the work queue (prefetch, unacked) from now until the drain (hold, permute)."""
-        if self.sampler is not None:
-            return
-        queue = self.adapter.broker["work_queue"]
-        self.sampler = ConsumerSampler(self.management, self.history, queue)
-        self.history.append("phase", name="consumer_sampling_start", queue=queue, fault=step["index"])
-        self.sampler.start()
-
-    def _stop_sampler(self) -> None:
-        if self.sampler is not None and self.sampler.is_alive():
-            self.sampler.halt()
-            self.history.append("phase", name="consumer_sampling_end", ticks=self.sampler.ticks,
-                                errors=self.sampler.errors, last_error=self.sampler.last_error)
-
-    def _start_extra_instance(self, role: str) -> str:
-        existing = self.instances_of(role)
-        template = self.supervisor.instances[existing[0]]
-        name = f"{role}#{len(existing) + 1}"
-        self.supervisor.add(name, role, template.command, {**template.env, **self._metrics_env(name, role)})
-        self.supervisor.start(name, {"FAILPOINTS": ""})
-        self.log(f"started extra instance {name}")
-        return name
-
     # --- heal / drain / teardown ----------------------------------------------------------------
     def _heal(self) -> None:
         for step in self.schedule:
-            fault_kinds.heal(self, step)  # the kind's heal; by default the release of the roles the step held
-        repaired = heal_all(self.supervisor, self.toxiproxy, self.expected_running(), self.history, self.stack)
+            fault_kinds.heal(self.faults, step)  # the kind's heal; by default the release of the roles the step held
+        repaired = heal_all(self.supervisor, self.toxiproxy, self.faults.expected_running(), self.history, self.stack)
         if repaired:  # a role restarted by the heal (an armed API, say) must answer before the drain reads it
             self._wait_healthy()
         self.log("healed and verified" + (f" (repaired: {'; '.join(repaired)})" if repaired else ""))
@@ -726,7 +563,7 @@ class ScenarioRun:
                 break
             time.sleep(0.3)
         timing.add(self, "queue_wait", time.monotonic() - deadline + budget)
-        self._stop_sampler()  # the backlog is gone: nothing left to bound
+        self.faults.stop_sampler()  # the backlog is gone: nothing left to bound
         settle = float(self.scenario.raw.get("settle_seconds", 0.5))
         with timing.split(self, "settle"):  # lets what a fault set off after the last terminal state show
             time.sleep(settle)
@@ -747,10 +584,10 @@ class ScenarioRun:
         if self.stopping.is_set():
             return
         queue, url = self.adapter.broker["work_queue"], self.tenant.direct.amqp_url
-        consumers = [n for r in self.adapter.expand_roles(["@consumers"]) for n in self.instances_of(r)]
+        consumers = self.faults.consumers()
 
         def stop_and_count() -> dict | None:
-            self.extra_stopped.update(consumers)  # no restart timer may bring one back now
+            self.faults.extra_stopped.update(consumers)  # no restart timer may bring one back now
             if consumers:
                 with ThreadPoolExecutor(len(consumers), thread_name_prefix="stop-consumers") as pool:
                     list(pool.map(lambda name: self.supervisor.stop(name, 3), consumers))
@@ -760,7 +597,7 @@ class ScenarioRun:
         if after and after.get("ready") and not self.stopping.is_set():
             bound = float(self.scenario.raw.get("queue_settle_seconds", 6.0))
             began, emptied = time.monotonic(), None
-            self.extra_stopped.difference_update(consumers)
+            self.faults.extra_stopped.difference_update(consumers)
             for name in consumers:
                 self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
             while time.monotonic() - began < bound and not self.stopping.is_set():
@@ -794,9 +631,9 @@ class ScenarioRun:
 
     def _teardown(self) -> None:
         self.stopping.set()
-        for timer in self.restart_timers:
-            timer.cancel()
-        self._stop_sampler()
+        if self.faults is not None:
+            self.faults.cancel_restarts()
+            self.faults.stop_sampler()
         for poller in (self.observer, self.tap, self.objects):
             if poller is not None:
                 poller.halt()

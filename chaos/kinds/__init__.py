@@ -3,9 +3,13 @@
 Each module defines:
 
 * ``ACTION`` — the action it implements;
-* ``RECORDS`` — what it writes to the history (``fault`` lines and others), which ``fault_coverage`` reads;
+* ``RECORDS`` — what it writes to the history (``fault`` lines and others);
 * ``run(ctx, step)`` — the step's own thread during the workload: wait for its trigger, apply the fault, wait,
-  undo it (``ctx`` is the running scenario, ``harness.runner.ScenarioRun``);
+  undo it. ``ctx`` is the run's ``chaos.context.FaultContext`` — all a kind sees: the supervisor, adapter, history,
+  observer, broker handle, fault mechanisms, holds, triggers and targets (its public names only; never the runner);
+* ``happened(step, history, final) -> (bool, why)`` — pure over a recorded run: did this step's fault happen, with
+  the evidence it left (``fault_coverage`` asks the kind; a kind without it is never proven). Keep the module
+  import-light (nothing of the runner or the observers at module level): a checker imports it;
 * optionally ``prepare(ctx, step)`` — before the roles start (a role held from the start is never started until
   its release), and ``heal(ctx, step)`` — what the heal phase undoes for it (default: release the roles it held);
 * optionally, for ``harness soak``: ``draw(rng, pick)`` — a random step of this kind, or None when nothing may take
@@ -13,7 +17,9 @@ Each module defines:
   — why the kind cannot apply to an adapter (None when it can), and ``WEIGHT`` / ``ONCE`` (how often it is drawn,
   at most once per seed).
 
-A new fault kind is a new module in this folder (and its action in schemas/scenario.schema.json).
+A new fault kind touches these files: its module in this folder, and its action in the ``action`` enum of
+schemas/scenario.schema.json (a unit test holds the two equal). Shared pure helpers start with ``_`` (``_windows``:
+what a crash must leave behind to count as hitting each failure window).
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ def heal(ctx, step) -> None:
     if hook is not None:
         hook(ctx, step)
     else:
-        ctx._release(step)
+        ctx.release(step)
 
 
 def first_delay(step) -> float:
@@ -79,16 +85,16 @@ def peek_while_down(ctx, step) -> None:
     Runs until the step's restart_after has passed since the crash (failpoint and sigkill with ``peek_queue``)."""
     import time
 
-    from harness.observe import amqp_queue_depth
+    from harness.broker import amqp_queue_depth
 
     began = time.monotonic()
     window = float(step.get("restart_after", 3.0))
     queue = ctx.adapter.broker["work_queue"]
-    consumers = [n for r in ctx.adapter.expand_roles(["@consumers"]) for n in ctx.instances_of(r)]
+    consumers = ctx.consumers()
     time.sleep(min(0.5, window / 4))
     while time.monotonic() - began < window - 0.2:
         running = [n for n in consumers if ctx.supervisor.instances[n].alive()]
-        exact = amqp_queue_depth(ctx.tenant.direct.amqp_url, queue)
+        exact = amqp_queue_depth(ctx.broker.amqp_url, queue)
         if exact is None:
             ctx.history.append("note", message="queue peek failed: the work queue could not be counted")
         else:

@@ -23,7 +23,7 @@ def resolve(ctx, step) -> dict:
     queue = ctx.adapter.broker["work_queue"]
     info = None
     for _ in range(20):  # the queue may not be declared yet, or a leader election may be under way
-        info = ctx.management.queue_leader(queue)
+        info = ctx.broker.management.queue_leader(queue)
         if info and info.get("leader") in label_of:
             break
         time.sleep(0.25)
@@ -47,7 +47,7 @@ def resolve(ctx, step) -> dict:
 def connections(ctx) -> dict[str, int] | None:
     """The implementation's connections per node (None when the management API could not say)."""
     try:
-        return ctx.management.connections_by_node()
+        return ctx.broker.management.connections_by_node()
     except Exception:
         return None
 
@@ -57,9 +57,9 @@ def watch_while_lost(ctx, chosen: dict, seconds: float, interval: float = 0.5) -
     direct, not through any proxy) and the implementation's connections on the other nodes (management API):
     ``queue kind=node_lost`` lines. Consumers and connections back while the node is still lost show the roles
     failed over to another node (``broker_failover``)."""
-    from harness.observe import amqp_queue_depth
+    from harness.broker import amqp_queue_depth
 
-    others = [url for url, node in zip(str(ctx.tenant.direct.amqp_urls).split(","),
+    others = [url for url, node in zip(str(ctx.broker.amqp_urls).split(","),
                                        [n.node_name for n in ctx.stack.rabbitmq_nodes]) if node != chosen["node"]]
     queue = ctx.adapter.broker["work_queue"]
     began = time.monotonic()

@@ -30,7 +30,7 @@ def _job_message(ctx) -> dict | None:
     jobs.schema.json requires), taken off the queue."""
     queue = ctx.adapter.broker["work_queue"]
     for _ in range(100):
-        taken = ctx.management.get(queue, 1, requeue=False)
+        taken = ctx.broker.management.get(queue, 1, requeue=False)
         if not taken:
             time.sleep(0.05)
             continue
@@ -43,7 +43,7 @@ def _job_message(ctx) -> dict | None:
         if body.get("job_id") and body.get("attachment_id") in ctx.observer.ids:
             return {**message, "job_id": str(body["job_id"]), "attachment_id": str(body["attachment_id"])}
         # Not ours (a message the harness injected, say): back to the queue, unchanged.
-        ctx.management.publish("", queue, message.get("payload") or "", message.get("properties") or {})
+        ctx.broker.management.publish("", queue, message.get("payload") or "", message.get("properties") or {})
         time.sleep(0.05)
     return None
 
@@ -53,14 +53,14 @@ def prepare(ctx, step) -> None:
     # was asked for: a safety net that republishes a queued job's lost message would otherwise finish the job first,
     # and the replay would revive nothing.
     if step.get("hold"):
-        ctx._hold(step)
+        ctx.hold(step)
 
 
 def run(ctx, step) -> None:
     try:
         _move_and_replay(ctx, step)
     finally:
-        ctx._release(step)
+        ctx.release(step)
 
 
 def _move_and_replay(ctx, step) -> None:
@@ -71,7 +71,7 @@ def _move_and_replay(ctx, step) -> None:
         ctx.history.append("fault", action=ACTION, phase="skip", fault=step["index"],
                            why="the adapter declares no [broker] dead_letter_queue or no [admin] dlq_replay_path")
         return
-    if not ctx._wait_trigger(step, 0.0):
+    if not ctx.wait_trigger(step, 0.0):
         return
     deadline = time.monotonic() + float(step.get("timeout", 40))
     moved = _job_message(ctx)
@@ -79,7 +79,7 @@ def _move_and_replay(ctx, step) -> None:
         ctx.history.append("fault", action=ACTION, phase="skip", fault=step["index"],
                            why="no message of an accepted job could be taken off the work queue")
         return
-    routed = ctx.management.publish("", dlq, moved.get("payload") or "", moved.get("properties") or {})
+    routed = ctx.broker.management.publish("", dlq, moved.get("payload") or "", moved.get("properties") or {})
     ctx.history.append("fault", action=ACTION, phase="move", fault=step["index"], job_id=moved["job_id"],
                        attachment_id=moved["attachment_id"], queue=dlq, routed=routed,
                        message_id=(moved.get("properties") or {}).get("message_id"))
@@ -127,3 +127,10 @@ def allowed(adapter, level: int) -> str | None:
 def draw(rng, pick) -> dict:
     """The scenario's step, for a schedule that holds the consumers itself (soak never draws it: ``allowed``)."""
     return {"action": ACTION, "when": "message", "timeout": 40, "hold": ["@recovers_work"]}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    moved = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "move"
+             and e.get("routed")]
+    asked = [e for e in history.of_type("invoke") if e.get("f") == "dlq_replay"]
+    return bool(moved and asked), f"{len(moved)} job messages dead-lettered, {len(asked)} replays requested"

@@ -18,24 +18,24 @@ WEIGHT = 4
 
 def prepare(ctx, step) -> None:
     if untimed(step):
-        ctx._hold(step)
+        ctx.hold(step)
 
 
 def run(ctx, step) -> None:
-    name = ctx._failpoint_instance(step)
+    name = ctx.failpoint_instance(step)
     ctx.restart_after[name] = float(step.get("restart_after", 0.5))
     if not untimed(step):
-        if not ctx._wait_trigger(step, first_delay(step)):
+        if not ctx.wait_trigger(step, first_delay(step)):
             return
-        ctx._hold(step)
+        ctx.hold(step)
         ctx.hits[name] = threading.Event()
         ctx.failpoints.arm(name, step["window"], step.get("spec", "1*crash"))
     if "crash" not in str(step.get("spec", "1*crash")):
-        ctx._release(step)  # a pause or an error: the role keeps running, there is no crash to wait for
+        ctx.release(step)  # a pause or an error: the role keeps running, there is no crash to wait for
         if step.get("until") == "idle":
             # Kept armed until every accepted job is terminal (or the step's timeout): the heal disarms it,
             # so a fault that must outlast every job's retry budget ends only here.
-            idle = ctx._wait_trigger({**step, "when": "idle"}, 0.0)
+            idle = ctx.wait_trigger({**step, "when": "idle"}, 0.0)
             ctx.history.append("fault", action="failpoint", phase="end", role=name, window=step["window"],
                                spec=step.get("spec"), reason="idle" if idle else "timeout")
         return
@@ -47,7 +47,7 @@ def run(ctx, step) -> None:
         ctx.log(f"failpoint {step['window']} never hit")
         ctx.failpoints.disarm(name)
     time.sleep(float(step.get("hold_seconds", 0)) if hit else 0)
-    ctx._release(step)
+    ctx.release(step)
 
 
 def windows(adapter) -> list[str]:
@@ -75,3 +75,57 @@ def draw(rng, pick) -> dict | None:
         return None
     return {"action": "failpoint", "window": rng.choice(choices), "spec": "1*crash", "at": pick.at,
             "restart_after": round(rng.uniform(0.3, 1.5), 2), "timeout": 30}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    """A crash failpoint counts only with its window's own evidence, as the harness observed it (``_windows``): the
+    failpoint is placed by the implementation, and a crash while armed does not show it sat in its window. An error
+    failpoint shows as attempts given back; a pause, in the upload path, as uploads that took the pause."""
+    from ._windows import WINDOW_RULES, evidence_of
+
+    spec, window = str(step.get("spec", "1*crash")), step.get("window")
+    if "error" in spec:
+        return _errored(step, history)
+    if "crash" not in spec:
+        return _paused(step, history)
+    hits = [e for e in history.of_type("fault") if e.get("action") == "crash" and e.get("phase") == "hit"
+            and e.get("window") == window]
+    if not hits:
+        return False, f"failpoint {window} fired 0 times"
+    rule = WINDOW_RULES.get(window)
+    if rule is None:
+        return False, f"failpoint {window} fired {len(hits)} times, but no rule says what would show its window hit"
+    for hit in hits:
+        found = evidence_of(window, hit, history, final or {})
+        if found:
+            return True, f"failpoint {window} fired {len(hits)} times; its window shown: {found}"
+    return False, (f"failpoint {window} fired {len(hits)} times but its window was not shown: no evidence it was hit "
+                   f"(needs {rule})")
+
+
+def _errored(step, history) -> tuple[bool, str]:
+    """An error failpoint (a transient error) shows as attempts given back: processing → queued after it was armed."""
+    armed = [e.get("t") or 0 for e in history.of_type("fault") if e.get("action") == "failpoint"
+             and e.get("phase") == "arm" and e.get("window") == step.get("window")]
+    if not armed:
+        return False, f"failpoint {step.get('spec')} at {step.get('window')}: never armed"
+    retried = [e for e in history.of_type("transition") if e.get("from") == "processing" and e.get("to") == "queued"
+               and (e.get("t") or 0) >= min(armed)]
+    return bool(retried), (f"failpoint {step.get('spec')} at {step.get('window')}: {len(retried)} attempts given "
+                           "back (processing → queued) after it was armed")
+
+
+def _paused(step, history) -> tuple[bool, str]:
+    """A pause failpoint leaves no crash behind: in the upload path (after_staging_before_record) it shows as uploads
+    that took at least the pause; elsewhere it is not observable from outside."""
+    import re
+
+    match = re.search(r"pause\((\d+(?:\.\d+)?)\)", str(step.get("spec")))
+    armed = [e for e in history.of_type("fault") if e.get("action") == "failpoint" and e.get("phase") == "arm"
+             and e.get("window") == step.get("window")]
+    if not match or not armed or step.get("window") != "after_staging_before_record":
+        return False, f"failpoint {step.get('spec')} at {step.get('window')}: armed {len(armed)} times, not observable"
+    pause = float(match.group(1)) / 1000
+    slow = [o for o in history.operations().values() if o["invoke"].get("f") == "upload" and o["complete"] is not None
+            and o["complete"]["t"] - o["invoke"]["t"] >= 0.9 * pause]
+    return bool(slow), f"{len(slow)} uploads took at least the {pause:g}s pause at {step.get('window')}"

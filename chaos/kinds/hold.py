@@ -14,20 +14,20 @@ WEIGHT = 1
 
 def prepare(ctx, step) -> None:
     if untimed(step):
-        ctx._hold(step)
+        ctx.hold(step)
 
 
 def run(ctx, step) -> None:
     if untimed(step):
         time.sleep(max(0.0, ctx.workload_started + float(step.get("hold_seconds", 5)) - time.monotonic()))
     else:
-        if not ctx._wait_trigger(step, first_delay(step)):
+        if not ctx.wait_trigger(step, first_delay(step)):
             return
-        ctx._hold(step)
+        ctx.hold(step)
         time.sleep(float(step.get("hold_seconds", 5)))
     if step.get("sample_consumers"):
-        ctx._start_sampler(step)
-    ctx._release(step)
+        ctx.start_sampler(step)
+    ctx.release(step)
 
 
 def allowed(adapter, level: int) -> str | None:
@@ -45,3 +45,8 @@ def draw(rng, pick) -> dict | None:
         return None
     return {"action": "hold", "hold": [rng.choice(held)], "at": pick.at,
             "hold_seconds": pick.duration(rng, 0.25, 1.0)}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    held = [e for e in history.of_type("phase") if e.get("name") == "hold_end" and e.get("fault") == step.get("index")]
+    return bool(held), f"roles held and released {len(held)} times"

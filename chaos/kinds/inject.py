@@ -15,13 +15,13 @@ def run(ctx, step) -> None:
     from harness import inject
     from harness.seeding import stream
 
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     kinds = list((step.get("params") or {}).get("kinds") or inject.KINDS)
     rng = stream(ctx.seed, f"inject-{step['index']}")
-    template = next((m["body"] for m in ctx.tap.tapped() if isinstance(m.get("body"), dict)
+    template = next((m["body"] for m in ctx.broker.tap.tapped() if isinstance(m.get("body"), dict)
                      and m["body"].get("job_id")), None)
-    traced = ctx.tap.trace_deliveries()
+    traced = ctx.broker.tap.trace_deliveries()
     queue = ctx.adapter.broker["work_queue"]
     sent = 0
     for _ in range(int(step.get("count", 1))):
@@ -32,7 +32,7 @@ def run(ctx, step) -> None:
                 ctx.history.append("note", message=f"inject {kind}: no message seen yet to copy the shape of",
                                    fault=step["index"])
                 continue
-            routed = ctx.management.publish("", queue, raw, inject.properties(marker, body))
+            routed = ctx.broker.management.publish("", queue, raw, inject.properties(marker, body))
             sent += 1
             ctx.history.append("fault", action="inject", phase="publish", fault=step["index"], kind=kind,
                                marker=marker, message_id=marker, sha256=inject.digest(raw), raw=raw[:2000],
@@ -51,3 +51,9 @@ def draw(rng, pick) -> dict:
     chosen = sorted(rng.sample(list(KINDS), rng.randint(1, len(KINDS))))
     return {"action": "inject", "at": pick.at, "when": "message", "count": 1, "params": {"kinds": chosen},
             "timeout": 60}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "publish"
+            and e.get("routed")]
+    return bool(done), f"{len(done)} unprocessable messages injected into the work queue"

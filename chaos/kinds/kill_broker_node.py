@@ -18,7 +18,7 @@ RECORDS = ("fault action=kill_broker_node phase=start (service, node, target, le
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     chosen = resolve(ctx, step)
     ctx.log(f"killing RabbitMQ node {chosen['node']} ({chosen['target']}, service {chosen['service']}) "
@@ -40,7 +40,7 @@ def run(ctx, step) -> None:
     took = time.monotonic() - began
     after = None
     try:
-        after = (ctx.management.queue_leader(ctx.adapter.broker["work_queue"]) or {}).get("leader")
+        after = (ctx.broker.management.queue_leader(ctx.adapter.broker["work_queue"]) or {}).get("leader")
     except Exception:  # the leader after is informative only
         pass
     ctx.history.append("fault", action=ACTION, phase="end", service=chosen["service"], node=chosen["node"],
@@ -50,7 +50,7 @@ def run(ctx, step) -> None:
 
 def heal(ctx, step) -> None:
     """Nothing of its own: the heal starts every stack service that is down (a cluster's nodes among them)."""
-    ctx._release(step)
+    ctx.release(step)
 
 
 WEIGHT = 1
@@ -61,3 +61,9 @@ def draw(rng, pick) -> dict:
     """A node lost for 1-3 s (a scenario needing a cluster; never drawn on soak's one node: ``allowed``)."""
     return {"action": ACTION, "node": rng.choice(("leader", "follower")), "at": pick.at,
             "duration": round(rng.uniform(1.0, 3.0), 2), "timeout": 60}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+            and e.get("target", "leader") == step.get("node", "leader")]
+    return bool(done), f"{ACTION} on the {step.get('node', 'leader')} node {len(done)} times"

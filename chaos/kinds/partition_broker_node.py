@@ -19,7 +19,7 @@ RECORDS = ("fault action=partition_broker_node phase=start (service, node, targe
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     chosen = resolve(ctx, step)
     ctx.log(f"cutting RabbitMQ node {chosen['node']} ({chosen['target']}) off from every role "
@@ -39,3 +39,9 @@ def draw(rng, pick) -> dict:
     """A node cut off for 3-6 s (a scenario needing a cluster; never drawn on soak's one node: ``allowed``)."""
     return {"action": ACTION, "node": rng.choice(("leader", "follower")), "at": pick.at,
             "duration": round(rng.uniform(3.0, 6.0), 2)}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+            and e.get("target", "leader") == step.get("node", "leader")]
+    return bool(done), f"{ACTION} on the {step.get('node', 'leader')} node {len(done)} times"

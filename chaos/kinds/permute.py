@@ -16,11 +16,11 @@ ONCE = True
 
 def prepare(ctx, step) -> None:
     if step.get("at") is None and step.get("when") is None:
-        ctx._hold(step)
+        ctx.hold(step)
 
 
 def run(ctx, step) -> None:
-    from harness.observe import amqp_queue_depth
+    from harness.broker import amqp_queue_depth
     from harness.permute import permute_queue
     from harness.seeding import stream
 
@@ -30,8 +30,8 @@ def run(ctx, step) -> None:
         time.sleep(0.1)
     jobs: set = set()
     while time.monotonic() < deadline and not ctx.stopping.is_set():
-        jobs = {m["body"].get("job_id") for m in ctx.tap.tapped() if isinstance(m.get("body"), dict)}
-        depth = amqp_queue_depth(ctx.tenant.direct.amqp_url, queue) or {}
+        jobs = {m["body"].get("job_id") for m in ctx.broker.tap.tapped() if isinstance(m.get("body"), dict)}
+        depth = amqp_queue_depth(ctx.broker.amqp_url, queue) or {}
         if ctx.observer.ids and len(jobs) >= len(ctx.observer.ids) and (depth.get("ready") or 0) >= len(jobs):
             break
         time.sleep(0.2)
@@ -39,7 +39,7 @@ def run(ctx, step) -> None:
     ctx.history.append("fault", action="permute", phase="start", queue=queue, jobs_seen=len(jobs),
                        accepted=len(ctx.observer.ids))
     try:
-        done = permute_queue(ctx.tenant.direct.amqp_url, queue, stream(ctx.seed, f"permute-{step['index']}"))
+        done = permute_queue(ctx.broker.amqp_url, queue, stream(ctx.seed, f"permute-{step['index']}"))
         changed = [d.get("job_id") for d in done["original"]] != [d.get("job_id") for d in done["permuted"]]
         ctx.history.append("fault", action="permute", phase="end", queue=queue, changed=changed,
                            original=done["original"], permuted=done["permuted"], order=done["order"],
@@ -49,13 +49,13 @@ def run(ctx, step) -> None:
         ctx.history.append("fault", action="permute", phase="failed", queue=queue, error=repr(exc))
         ctx.log(f"permutation failed, originals put back: {exc!r}")
     if step.get("sample_consumers"):
-        ctx._start_sampler(step)
-    ctx._release(step)
+        ctx.start_sampler(step)
+    ctx.release(step)
     # Exact, real-time consumer and ready counts (a passive declare: the management statistics lag by seconds)
     # until the queue is empty: were several consumers attached while permuted messages still waited?
     until = time.monotonic() + float(step.get("watch_seconds", 20))
     while time.monotonic() < until and not ctx.stopping.is_set():
-        depth = amqp_queue_depth(ctx.tenant.direct.amqp_url, queue)
+        depth = amqp_queue_depth(ctx.broker.amqp_url, queue)
         if depth is not None:
             ctx.history.append("queue", kind="consumers", queue=queue, dead_letter=False, **depth)
             if not depth.get("ready"):
@@ -69,3 +69,9 @@ def allowed(adapter, level: int) -> str | None:
 
 def draw(rng, pick) -> dict:
     return {"action": "permute", "hold": ["@consumers"], "timeout": 60}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "end"
+            and e.get("changed")]
+    return bool(done), f"work queue permuted {len(done)} times"

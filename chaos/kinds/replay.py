@@ -12,7 +12,7 @@ ONCE = True
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger({**step, "when": "idle"}, 0.0):
+    if not ctx.wait_trigger({**step, "when": "idle"}, 0.0):
         return
     token = ctx.adapter.operator_token
     failed = [a for a, s in ctx.observer.states.items() if s == "failed"]
@@ -41,3 +41,8 @@ def allowed(adapter, level: int) -> str | None:
 
 def draw(rng, pick) -> dict:
     return {"action": "replay", "timeout": 150}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("invoke") if e.get("f") == "replay"]
+    return bool(done), f"{len(done)} replays requested"

@@ -25,7 +25,7 @@ TERMINAL = ("ready", "failed")
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     params = step.get("params") or {}
     version = int(params.get("version", 2))
@@ -104,3 +104,9 @@ def wait_for_versions(ctx, step, asked: list[str], version: int, params: dict) -
 
 def draw(rng, pick) -> dict:
     return {"action": "reprocess", "when": "idle", "params": {"version": 2}, "timeout": 60}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("ok") if e.get("f") == "reprocess"
+            and e.get("fault", step.get("index")) == step.get("index")]
+    return bool(done), f"{len(done)} attachments reprocessed for another pipeline version"

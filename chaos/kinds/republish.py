@@ -13,12 +13,12 @@ WEIGHT = 2
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     target_state = step.get("params", {}).get("state", "ready")
     copies = int(step.get("count", 1))
     candidates = []
-    for message in ctx.tap.tapped():
+    for message in ctx.broker.tap.tapped():
         body = message.get("body") or {}
         attachment_id = body.get("attachment_id")
         if target_state == "any" or ctx.observer.states.get(attachment_id) == target_state:
@@ -34,7 +34,7 @@ def run(ctx, step) -> None:
     ctx.log(f"republishing {copies}× {len(unique)} jobs ({target_state})")
 
     def send(m):  # where the original went, with every property and header it had
-        return ctx.management.publish(m["exchange"], m["routing_key"], m["raw"], m["properties"])
+        return ctx.broker.management.publish(m["exchange"], m["routing_key"], m["raw"], m["properties"])
     with ThreadPoolExecutor(max(1, copies * len(unique))) as pool:
         routed = list(pool.map(send, [m for m in unique for _ in range(copies)]))
     ctx.history.append("fault", action="republish", phase="end", jobs=jobs, routed=sum(routed))
@@ -44,3 +44,9 @@ def draw(rng, pick) -> dict:
     state = rng.choice(("ready", "any"))
     return {"action": "republish", "at": pick.at, "when": "ready" if state == "ready" else "message",
             "count": rng.randint(1, 2), "params": {"state": state, "jobs": rng.randint(1, 3)}, "timeout": 60}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+            and e.get("jobs")]
+    return bool(done), f"republished {sum(len(e['jobs']) for e in done)} jobs"

@@ -12,7 +12,7 @@ SERVICES = ("postgres", "rabbitmq", "s3")
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     ctx.log(f"restarting {step['service']} (down {step.get('duration', 0)}s)")
     took = ctx.services.restart(step["service"], float(step.get("duration", 0)))
@@ -22,3 +22,9 @@ def run(ctx, step) -> None:
 def draw(rng, pick) -> dict:
     return {"action": "restart_service", "service": rng.choice(SERVICES), "at": pick.at,
             "duration": round(rng.uniform(0.0, 1.5), 2), "timeout": 60}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+            and e.get("service") == step.get("service")]
+    return bool(done), f"{ACTION} on {step.get('service')} {len(done)} times"

@@ -15,19 +15,19 @@ WEIGHT = 3
 
 def run(ctx, step) -> None:
     delays = step.get("delay_drawn") or [0.0]
-    name = ctx._target(step)
-    ctx._hold(step)  # before the trigger: stopping a held role takes time the kill cannot wait for
+    name = ctx.target(step)
+    ctx.hold(step)  # before the trigger: stopping a held role takes time the kill cannot wait for
     for n, delay in enumerate(delays):
         if n == 0:
-            if not ctx._wait_trigger(step, delay):
-                ctx._release(step)
+            if not ctx.wait_trigger(step, delay):
+                ctx.release(step)
                 return
         else:
-            if not ctx._wait_trigger({**step, "at": None}, delay):
+            if not ctx.wait_trigger({**step, "at": None}, delay):
                 return
-        ctx.processes.sigkill(name, window=",".join(ctx.scenario.raw.get("windows") or []) or None,
+        ctx.processes.sigkill(name, window=",".join(ctx.windows) or None,
                               exactness="approximate", trigger=step.get("when"), delay=delay)
-        ctx.window_hits.append({"role": name, "windows": ctx.scenario.raw.get("windows") or [],
+        ctx.window_hits.append({"role": name, "windows": ctx.windows,
                                 "exactness": "approximate", "wall": time.time()})
         ctx.log(f"SIGKILL {name} ({step.get('when') or 'timed'} + {delay:.2f}s)")
         if step.get("peek_queue"):
@@ -37,7 +37,7 @@ def run(ctx, step) -> None:
         if name not in ctx.held:
             ctx.supervisor.ensure_running(name, {"FAILPOINTS": ""})
     time.sleep(float(step.get("hold_seconds", 0)))
-    ctx._release(step)
+    ctx.release(step)
 
 
 def draw(rng, pick) -> dict | None:
@@ -45,3 +45,14 @@ def draw(rng, pick) -> dict | None:
         return None
     return {"action": "sigkill", "role": rng.choice(pick.roles), "at": pick.at,
             "restart_after": round(rng.uniform(0.3, 2.0), 2)}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    """A kill sent; a timed one (``exactness="approximate"``) only with the evidence of the window it aimed at."""
+    from ._windows import windows_hit
+
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"]
+    timed = [e for e in done if e.get("exactness") == "approximate" and e.get("window")]
+    if timed:
+        return windows_hit(timed, history, final or {})
+    return bool(done), f"sigkill sent {len(done)} times"

@@ -17,25 +17,25 @@ WEIGHT = 3
 def run(ctx, step) -> None:
     # hold: keep those roles stopped from the step's start until after the probe (the paused role itself
     # is never held: it is the owner under test, and if it recovers work too, it sleeps with its job).
-    paused_role = ctx._role(step)
+    paused_role = ctx.role(step)
     step = {**step, "hold": [r for r in ctx.adapter.expand_roles(step.get("hold") or []) if r != paused_role]}
-    ctx._hold(step)
-    if not ctx._wait_trigger(step, first_delay(step)):
-        ctx._release(step)
+    ctx.hold(step)
+    if not ctx.wait_trigger(step, first_delay(step)):
+        ctx.release(step)
         return
-    name = ctx._target(step)
+    name = ctx.target(step)
     ctx.processes.sigstop(name)
     ctx.log(f"SIGSTOP {name} for {step.get('duration', 5)}s")
     if step.get("start_instance_after") is not None:
         time.sleep(float(step["start_instance_after"]))
-        ctx._start_extra_instance(ctx.supervisor.instances[name].role)
+        ctx.start_extra_instance(ctx.supervisor.instances[name].role)
     remaining = float(step.get("duration", 5)) - float(step.get("start_instance_after") or 0)
     time.sleep(max(0.0, remaining))
     ctx.processes.sigcont(name)
     ctx.log(f"SIGCONT {name}")
     if step.get("probe_seconds") is not None:
         probe_after_resume(ctx, step)
-    ctx._release(step)
+    ctx.release(step)
 
 
 def probe_after_resume(ctx, step) -> None:
@@ -43,16 +43,16 @@ def probe_after_resume(ctx, step) -> None:
     Each sample takes the work queue's exact ready count (passive declare) and the management API's unacked count
     (refreshed every statistics interval: it lags), THEN a fresh read of every job's state — a delivery settled
     after its outcome shows as a terminal state, never as a missing message (stale_ack)."""
-    from harness.observe import amqp_queue_depth
+    from harness.broker import amqp_queue_depth
 
     queue = ctx.adapter.broker["work_queue"]
     until = time.monotonic() + float(step["probe_seconds"])
     ctx.history.append("phase", name="resume_probe_start", queue=queue, fault=step["index"],
                        seconds=float(step["probe_seconds"]))
     while time.monotonic() < until and not ctx.stopping.is_set():
-        exact = amqp_queue_depth(ctx.tenant.direct.amqp_url, queue)
+        exact = amqp_queue_depth(ctx.broker.amqp_url, queue)
         try:
-            stats = ctx.management.depth(queue)
+            stats = ctx.broker.management.depth(queue)
         except Exception:
             stats = None
         states = {}
@@ -76,3 +76,8 @@ def draw(rng, pick) -> dict | None:
         return None
     return {"action": "sigstop", "role": rng.choice(pick.roles), "at": pick.at,
             "duration": pick.duration(rng, 0.25, 1.75)}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"]
+    return bool(done), f"sigstop sent {len(done)} times"

@@ -10,9 +10,9 @@ WEIGHT = 1
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
-    ctx._start_extra_instance(ctx._role(step))
+    ctx.start_extra_instance(ctx.role(step))
 
 
 def allowed(adapter, level: int) -> str | None:
@@ -23,3 +23,7 @@ def draw(rng, pick) -> dict | None:
     if not pick.consumers:
         return None
     return {"action": "start_instance", "role": rng.choice(pick.consumers), "at": pick.at}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    return True, "instance started"

@@ -18,9 +18,7 @@ def version_of(step) -> int:
 
 
 def instances(ctx) -> dict[int, list[str]]:
-    """pipeline version -> the instances this run started for it (kept on the run)."""
-    if not hasattr(ctx, "version_instances"):
-        ctx.version_instances = {}
+    """pipeline version -> the instances this run started for it (kept on the fault context)."""
     return ctx.version_instances
 
 
@@ -31,7 +29,7 @@ def _add(ctx, step) -> list[tuple[str, str]]:
     for role in ctx.adapter.expand_roles([step.get("role") or "@consumers"]):
         template = ctx.supervisor.instances[ctx.instances_of(role)[0]]
         name = f"{role}@v{version}#{len(instances(ctx).get(version, [])) + 1}"
-        ctx.supervisor.add(name, role, template.command, {**template.env, **ctx._metrics_env(name, role), **env})
+        ctx.supervisor.add(name, role, template.command, {**template.env, **ctx.instance_env(name, role), **env})
         instances(ctx).setdefault(version, []).append(name)
         added.append((role, name))
     return added
@@ -45,7 +43,7 @@ def prepare(ctx, step) -> None:
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     version = version_of(step)
     prepared = step.get("prepared")
@@ -79,3 +77,9 @@ def draw(rng, pick) -> dict | None:
     if not pick.consumers:
         return None
     return {"action": "start_version", "at": pick.at, "params": {"version": 2}}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+            and e.get("fault") == step.get("index")]
+    return bool(done), f"{ACTION}: {len(done)} consumer instances"

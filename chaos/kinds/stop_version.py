@@ -13,10 +13,16 @@ ONCE = True
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     stop(ctx, version_of(step), step)
 
 
 def draw(rng, pick) -> dict:
     return {"action": "stop_version", "at": pick.at, "params": {"version": 2}}
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+            and e.get("fault") == step.get("index")]
+    return bool(done), f"{ACTION}: {len(done)} consumer instances"

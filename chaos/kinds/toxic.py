@@ -15,10 +15,10 @@ TOXICS = ("cut", "blackhole", "reset_peer", "latency")
 
 
 def run(ctx, step) -> None:
-    if not ctx._wait_trigger(step, first_delay(step)):
+    if not ctx.wait_trigger(step, first_delay(step)):
         return
     # With a role: on that role's own link(s) only (the runner's _role_links); without: the whole service.
-    roles = (ctx.adapter.expand_roles([step["role"]], ctx.scenario.raw.get("windows") or [])
+    roles = (ctx.adapter.expand_roles([step["role"]], ctx.windows)
              if step.get("role") else [None])
     toxics = [(role, ctx.network.apply(step["service"], step["toxic"], step.get("params"), role=role))
               for role in roles]
@@ -38,3 +38,9 @@ def draw(rng, pick) -> dict:
     if rng.random() < 0.4:  # one role's own link only (a partition of that role), else the whole service
         fault["role"] = rng.choice(list(pick.adapter.roles))
     return fault
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+            and e.get("service") == step.get("service")]
+    return bool(done), f"{ACTION} on {step.get('service')} {len(done)} times"

@@ -611,7 +611,8 @@ class PipelineModel(Builder):
         else:
             self.add(crash, "role", role=C, action="exit", pid=4300, returncode=1, expected=False,
                      armed={window: "1*crash"})
-            self.add(crash + 0.01, "fault", action="crash", phase="hit", role=C, window=window, returncode=1)
+            self.add(crash + 0.01, "fault", action="crash", phase="hit", role=C, window=window, returncode=1,
+                     consumers_running=[])
         crash_wall = crash + (0.01 if kind != "sigkill" else 0.0)
         for _, _, msg in claims:                 # the broker takes the deliveries back at once
             self.ack_none_close(msg, crash)
@@ -637,6 +638,11 @@ class PipelineModel(Builder):
         end = back + 0.1
         if unacked_ready:
             job, msg = unacked_ready
+            # The harness reads the unfinished jobs while the consumer is down (FaultContext.look_while_down), and
+            # traces the redelivery: the window's own evidence (fault_coverage).
+            self.add(crash + 0.4, "state", attachment_id=job.att, state="ready", attempt=msg.attempt, error_code=None)
+            self.add(back + 0.05, "delivery", queue=cfg.work_queue, redelivered=True, job_id=job.job_id,
+                     attachment_id=job.att, attempt=msg.attempt)
             msg.deliveries.append([back + 0.05, None])
             self.ack(msg, back + 0.06)
             end = max(end, back + 0.1)

@@ -410,6 +410,9 @@ def test_fault_coverage_is_unknown_when_a_scheduled_fault_never_happened():
     verdict = fault_coverage.check(b.history(), b.final, b.run)
     assert verdict.status == UNKNOWN and "after_commit_before_ack fired 0 times" in verdict.evidence[0]["message"]
     b.add(2, "fault", action="crash", phase="hit", role="worker", window="after_commit_before_ack")
+    fired = fault_coverage.check(b.history(), b.final, b.run)  # a crash while armed: not yet its window
+    assert fired.status == UNKNOWN and "its window was not shown" in fired.evidence[0]["message"]
+    b.add(3, "delivery", queue="q", redelivered=True, job_id=JOB, attachment_id=ATT)  # ready before, delivered again
     assert fault_coverage.check(b.history(), b.final, b.run).status == VALID
 
 

@@ -10,7 +10,7 @@ from harness_histories import ATT, JOB, Builder, happy, job_message
 
 from harness import adapter, scenarios
 from harness.checkers import CHECKERS, broker_failover, delivery_accounting, fault_coverage
-from harness.observe import FailoverClient, Management
+from harness.broker import FailoverClient, Management
 
 NODE = "harness-1@localhost"
 OTHER = "harness-2@localhost"
@@ -160,8 +160,9 @@ class _Ctx:
         self.adapter = type("A", (), {"broker": {"work_queue": "q"}})()
         self.seed = 4242
         members = [NODE, OTHER, "harness-3@localhost"]
-        self.management = type("M", (), {"queue_leader": lambda _s, q: {"leader": leader, "members": members},
-                                         "connections_by_node": lambda _s: {leader: 2}})()
+        management = type("M", (), {"queue_leader": lambda _s, q: {"leader": leader, "members": members},
+                                    "connections_by_node": lambda _s: {leader: 2}})()
+        self.broker = type("B", (), {"management": management})()
 
 
 def test_the_leader_and_a_seeded_follower_are_resolved_from_the_management_api():

@@ -58,7 +58,7 @@ def test_an_unknown_action_fails_in_its_step_not_before_or_in_the_heal():
     class Ctx:
         released: list = []
 
-        def _release(self, step):
+        def release(self, step):
             self.released.append(step["index"])
 
     step = {"action": "no-such-fault", "index": 0}
@@ -74,3 +74,49 @@ def test_the_runner_has_no_dispatch_of_its_own():
     source = Path(__import__("harness.runner", fromlist=["x"]).__file__).read_text(encoding="utf-8")
     for action in fault_kinds.REGISTRY:
         assert f'action == "{action}"' not in source
+
+
+def test_no_kind_reaches_into_the_runner():
+    """The kinds see only the FaultContext (chaos/context.py), through its public names."""
+    import re
+
+    folder = Path(fault_kinds.__file__).parent.parent
+    offenders = [f"{path.relative_to(folder.parent)}:{n}" for path in sorted(folder.rglob("*.py"))
+                 for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+                 if re.search(r"\bctx\._", line) or "ScenarioRun" in line or "harness.runner" in line]
+    assert not offenders, f"a fault kind calls a private name of its context or the runner: {offenders}"
+
+
+def test_the_context_has_every_name_the_kinds_use():
+    import dataclasses
+    import re
+
+    from chaos.context import FaultContext
+
+    names = {f.name for f in dataclasses.fields(FaultContext)} | {n for n in vars(FaultContext) if not n.startswith("_")}
+    folder = Path(fault_kinds.__file__).parent
+    used = {m for path in folder.glob("*.py") for m in re.findall(r"\bctx\.([a-z_]+)", path.read_text(encoding="utf-8"))}
+    assert used and used <= names, f"kinds use names the context lacks: {sorted(used - names)}"
+
+
+def test_every_kind_says_what_shows_it_happened_and_checkers_import_it_light():
+    """fault_coverage asks each kind's happened(); importing the kinds (as a checker does) pulls in neither the
+    runner nor the observers."""
+    import subprocess
+    import sys
+
+    for action, module in fault_kinds.REGISTRY.items():
+        assert callable(getattr(module, "happened", None)), f"{action}: no happened(step, history, final)"
+    code = ("import sys, harness.checkers.fault_coverage as f, chaos.kinds; "
+            "print(sorted(m for m in ('harness.runner', 'harness.observe', 'harness.supervisor') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", out
+
+
+def test_a_kind_without_happened_is_not_proven(monkeypatch):
+    from harness.checkers import fault_coverage
+    from harness.history import History
+
+    monkeypatch.delattr(fault_kinds.REGISTRY["start_instance"], "happened")
+    done, why = fault_coverage._happened({"action": "start_instance", "index": 0}, History(()))
+    assert not done and "no happened()" in why

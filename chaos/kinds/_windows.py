@@ -1,0 +1,122 @@
+"""What a crash must have left behind to count as hitting each failure window (docs/CONTRACT.md §3), read from a
+recorded history alone — pure functions, imported by the ``happened`` of the ``failpoint`` and ``sigkill`` kinds
+(and so by ``fault_coverage``): nothing here runs a fault or imports the runner.
+
+A timed SIGKILL only approximates its window, and a failpoint is placed by the implementation itself: neither its
+name nor a crash while armed shows the window was entered. Both count as hitting a window only with the evidence
+``WINDOW_RULES`` names for it, as the harness observed it (states it read, deliveries it traced, uploads it sent).
+"""
+
+from __future__ import annotations
+
+WINDOW_RULES = {
+    "after_commit_before_ack": "a job already ready at the crash delivered again afterwards (a redelivered delivery "
+                               "of it traced from the work queue, or seen in a peek at the queue)",
+    "after_commit_before_publish": "a job accepted before the crash (or by the retry of an upload in flight at it) "
+                                   "whose message was first seen only after the crashed role started again, or a "
+                                   "job's message published twice",
+    "after_publish_before_confirm": "a job's message published twice (the same job and attempt), once after the crash",
+    "after_s3_write_before_commit": "a job processing at the crash claimed again after it",
+    "after_staging_before_record": "an upload in flight at the crash that was not accepted",
+}
+
+
+def windows_hit(kills: list[dict], history, final: dict) -> tuple[bool, str]:
+    """Timed SIGKILLs (``fault action=sigkill`` lines with ``window``): did each window they aimed at show hit?"""
+    windows = sorted({w for k in kills for w in str(k["window"]).split(",") if w})
+    missing, found = [], []
+    for window in windows:
+        rule = WINDOW_RULES.get(window)
+        hits = [what for kill in kills if rule for what in [evidence_of(window, kill, history, final)] if what]
+        if hits:
+            found.append(f"{window}: {hits[0]}")
+        else:
+            missing.append(f"{window}: no evidence it was hit (needs {rule})" if rule else
+                           f"{window}: no rule says what would show it hit")
+    text = f"timed sigkill sent {len(kills)} times (approximate); " + "; ".join(missing + found)
+    return not missing, text
+
+
+def ready_seen_before(crash: dict, history) -> int:
+    """The history position before which a job seen ``ready`` was committed before ``crash``: the crash itself for a
+    timed kill (its trigger saw the state before it acted); for a failpoint hit, the crashed instance's next start
+    (the harness reads every unfinished job while it is down), unless another consumer instance was running at the
+    crash (it could have committed a job meanwhile: only what was seen before the crash counts)."""
+    if crash.get("action") != "crash" or crash.get("consumers_running") is None or crash.get("consumers_running"):
+        return crash["seq"]
+    restart = next((e for e in history.events if e["seq"] > crash["seq"] and e["type"] == "role"
+                    and e.get("action") == "start" and e.get("role") == crash.get("role")), None)
+    return restart["seq"] if restart is not None else crash["seq"]
+
+
+def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
+    """The first piece of ``window``'s evidence after ``kill`` (a ``fault`` line: a timed kill or a failpoint hit,
+    with its ``seq``, ``wall`` and ``role``), or None."""
+    from harness.checkers.base import transitions_of
+
+    after = [e for e in history.events if e["seq"] > kill["seq"]]
+    messages = [e for e in history.of_type("message") if isinstance(e.get("body"), dict) and e["body"].get("job_id")]
+    if window == "after_commit_before_ack":
+        bound = ready_seen_before(kill, history)
+        ready_before = {e.get("attachment_id") for e in history.events if e["seq"] < bound and (
+            (e["type"] == "state" and e.get("state") == "ready") or (e["type"] == "transition" and e.get("to") == "ready"))}
+        jobs = {ok.get("job_id") for _, ok in history.accepted() if ok.get("attachment_id") in ready_before}
+        jobs |= {m["body"]["job_id"] for m in messages if m["body"].get("attachment_id") in ready_before}
+        for e in after:
+            if e["type"] == "delivery" and e.get("redelivered") and e.get("job_id") in jobs:
+                return f"job {e['job_id']} (ready before the crash) redelivered"
+            if e["type"] == "queue" and e.get("kind") == "peek":
+                for m in e.get("messages") or []:
+                    if m.get("redelivered") and (m.get("job_id") in jobs or m.get("attachment_id") in ready_before):
+                        return f"job {m.get('job_id')} (ready before the crash) back in the queue, redelivered"
+        return None
+    if window in ("after_commit_before_publish", "after_publish_before_confirm"):
+        published: dict[tuple, list[dict]] = {}
+        for m in messages:
+            published.setdefault((m["body"]["job_id"], m["body"].get("attempt")), []).append(m)
+        for (job, attempt), copies in published.items():
+            if len(copies) > 1 and copies[-1]["seq"] > kill["seq"]:
+                return f"job {job} (attempt {attempt}) published {len(copies)} times"
+        if window == "after_publish_before_confirm":
+            return None
+        restart = next((e for e in after if e["type"] == "role" and e.get("action") == "start"
+                        and e.get("role") == kill.get("role")), None)
+        first = {}
+        for m in messages:
+            first.setdefault(m["body"]["job_id"], m)
+        # Uploads in flight at the crash: their record may have been committed just before it (the window), the
+        # client's retry with the same key then accepted as that record once the role is back.
+        in_flight = {op for op, o in history.operations().items() if o["invoke"].get("f") == "upload"
+                     and o["invoke"]["seq"] < kill["seq"] and (o["complete"] is None or o["complete"]["seq"] > kill["seq"])}
+        for invoke, ok in history.accepted():
+            m = first.get(ok.get("job_id"))
+            if m is None or m["seq"] <= (restart or kill)["seq"]:
+                continue
+            if ok["seq"] < kill["seq"]:
+                return f"job {ok.get('job_id')} accepted before the crash, first published after the restart"
+            if invoke.get("retry_of") in in_flight or invoke.get("op") in in_flight:
+                return (f"job {ok.get('job_id')} of upload {invoke.get('retry_of') or invoke.get('op')} (in flight at "
+                        "the crash) first published after the restart")
+        return None
+    if window == "after_s3_write_before_commit":
+        for attachment_id in sorted((final.get("attachments") or {})):
+            trans = [t for t in transitions_of(history, final, attachment_id) if t["at"] is not None]
+            before = [t for t in trans if t["at"] <= kill["wall"]]
+            if before and before[-1]["to"] == "processing" and any(
+                    t["to"] == "processing" and t["at"] > kill["wall"] for t in trans):
+                return f"attachment {attachment_id} processing at the crash, claimed again after it"
+            # Without /events: the polled states — processing when last seen before the crash, queued after it.
+            states = [e for e in history.of_type("state") if e.get("attachment_id") == attachment_id]
+            seen = [e for e in states if e["seq"] < kill["seq"]]
+            if seen and seen[-1].get("state") == "processing" and any(
+                    e.get("state") == "queued" for e in states if e["seq"] > kill["seq"]):
+                return f"attachment {attachment_id} processing when the crash came, given back to the queue after it"
+        return None
+    if window == "after_staging_before_record":
+        for op in history.operations().values():
+            invoke, done = op["invoke"], op["complete"]
+            if invoke.get("f") == "upload" and invoke["seq"] < kill["seq"] and (done is None or (
+                    done["seq"] > kill["seq"] and not (done["type"] == "ok" and done.get("status") == 202))):
+                return f"upload {invoke.get('op')} in flight at the crash, not accepted"
+        return None
+    return None

@@ -1,0 +1,79 @@
+"""A failpoint is placed by the implementation: a crash while armed does not show it sat in its window. The
+``failpoint`` kind's ``happened`` (asked by fault_coverage) demands the window's own evidence, observed by the
+harness. Hand-built histories in the shapes the real runs left (tests/broken/failpoint_after_ack, seed 4242)."""
+
+from __future__ import annotations
+
+from harness_histories import ATT, JOB, Builder, job_message
+
+from harness.checkers import fault_coverage
+from harness.checkers.base import UNKNOWN, VALID
+
+STEP = {"index": 0, "action": "failpoint", "window": "after_commit_before_ack", "spec": "1*crash"}
+OTHER_ATT, OTHER_JOB = "6a2e3d4c-9b0f-4c8d-8e1f-2a3b4c5d6e7f", "1c8f8d63-4f1f-4b63-8b68-7e3c8d2f0a12"
+
+
+def crashed(peers=()):
+    """Two jobs in flight on one worker; it crashes at after_commit_before_ack (hit line as the harness writes it);
+    the harness reads the unfinished jobs while it is down; the worker starts again 0.5 s later."""
+    b = Builder()
+    b.run["schedule"] = [STEP]
+    b.add(0.0, "fault", action="failpoint", phase="arm", role="worker", window=STEP["window"], spec="1*crash")
+    b.upload(0.1, ATT, JOB)
+    b.upload(0.2, OTHER_ATT, OTHER_JOB)
+    b.add(0.3, "message", body=job_message(JOB, ATT), properties={})
+    b.add(0.35, "message", body=job_message(OTHER_JOB, OTHER_ATT), properties={})
+    b.add(0.5, "state", attachment_id=ATT, state="processing")
+    b.add(0.5, "state", attachment_id=OTHER_ATT, state="processing")
+    b.add(1.0, "role", role="worker", action="exit", returncode=137, expected=False)
+    b.add(1.0, "fault", action="crash", phase="hit", role="worker", window=STEP["window"], returncode=137,
+          consumers_running=list(peers))
+    b.add(1.05, "delivery", queue="q", redelivered=False, job_id=JOB, attachment_id=ATT)  # the tap lags
+    b.add(1.05, "delivery", queue="q", redelivered=False, job_id=OTHER_JOB, attachment_id=OTHER_ATT)
+    b.add(1.1, "state", attachment_id=ATT, state="ready")  # the look while the worker is down
+    b.add(1.1, "observe", source="look_while_down", role="worker", read=2, ready=[ATT])
+    b.add(1.5, "role", role="worker", action="start")
+    return b
+
+
+def verdict(b):
+    return fault_coverage.check(b.history(), b.final, b.run)
+
+
+def test_a_crash_after_the_ack_is_not_the_window():
+    """tests/broken/failpoint_after_ack: the job committed before the crash was acked before it — never delivered
+    again. Only the job that was not committed yet comes back. Before: `valid` (a hit was enough)."""
+    b = crashed()
+    b.add(3.0, "delivery", queue="q", redelivered=True, job_id=OTHER_JOB, attachment_id=OTHER_ATT)
+    b.add(3.3, "state", attachment_id=OTHER_ATT, state="ready")
+    got = verdict(b)
+    assert got.status == UNKNOWN
+    assert "fired 1 times but its window was not shown" in got.evidence[0]["message"]
+
+
+def test_the_committed_job_delivered_again_shows_the_window():
+    b = crashed()
+    b.add(3.0, "delivery", queue="q", redelivered=True, job_id=JOB, attachment_id=ATT)
+    got = verdict(b)
+    assert got.status == VALID and f"job {JOB} (ready before the crash) redelivered" in got.evidence[0]["message"]
+
+
+def test_ready_seen_only_after_the_restart_does_not_count():
+    b = crashed()
+    b.events = [e for e in b.events if not (e["type"] == "state" and e.get("state") == "ready")]
+    b.add(2.0, "state", attachment_id=ATT, state="ready")  # after the restart: anyone could have committed it
+    b.add(3.0, "delivery", queue="q", redelivered=True, job_id=JOB, attachment_id=ATT)
+    assert verdict(b).status == UNKNOWN
+
+
+def test_with_another_consumer_running_only_ready_seen_before_the_crash_counts():
+    """Another instance could take the returned delivery and commit it while the crashed one is down."""
+    b = crashed(peers=["worker#2"])
+    b.add(3.0, "delivery", queue="q", redelivered=True, job_id=JOB, attachment_id=ATT)
+    assert verdict(b).status == UNKNOWN
+    early = crashed(peers=["worker#2"])
+    early.events.insert(8, {**early.events[8], "type": "state", "attachment_id": ATT, "state": "ready"})
+    for seq, e in enumerate(early.events, start=1):
+        e["seq"] = e["line"] = seq
+    early.add(3.0, "delivery", queue="q", redelivered=True, job_id=JOB, attachment_id=ATT)
+    assert verdict(early).status == VALID
