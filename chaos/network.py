@@ -140,8 +140,11 @@ class NetworkFaults:
                 if not self.in_force:
                     self._watcher = None
                     return
-                if entries:
+                try:
                     self._check(entries, when="in force")
+                except ValueError:  # the run closed its history (aborted before its heal): nothing left to watch
+                    self._watcher = None
+                    return
 
     def _check(self, entries: list[dict], when: str) -> None:
         """Read this run's proxies once and compare each entry's link with what the harness set (lock held)."""
