@@ -244,3 +244,45 @@ def test_scoped_proxies_read_their_state_and_close():
     assert states["postgres"]["toxics"]["latency_downstream"]["attributes"] == {"latency": 5, "jitter": 0}
     scoped.close()
     assert Server.deleted == ["t-postgres", "t-s3"]
+
+
+# --- every report shows it, never as valid ---------------------------------------------------------------------------
+
+def test_every_report_of_a_tampered_grade_says_tampered(tmp_path):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from synthetic_grade import SEED, _scenario, _verdict, backlog_history  # noqa: E402
+
+    from harness.grade import aggregate
+    from harness.report import junit, summary, write_grade_reports
+    from harness.report.table import csv_text, html as table_html, row_from_grade
+
+    grade_dir = tmp_path / "grade"
+    entry = _scenario(grade_dir, "database-outages-past-lease", "cut twice", ["BE-JOB-003", "BE-JOB-006"], [],
+                      backlog_history(5), {"setup": 1.0},
+                      [_verdict("lost_accepted_work", "valid", ["BE-JOB-001"], "all terminal"),
+                       _verdict("tamper_evidence", "tampered", [], "proxy re-enabled on postgres",
+                                [{"message": "fault 0 (cut on postgres): proxy re-enabled", "fault": 0, "t": 5.2}])])
+    entry["verdict"] = "tampered"  # as the runner combines it
+    results = aggregate(grade_dir, {"name": "cheat", "path": "/nowhere/adapter.toml", "level": 4}, 4, SEED, [entry],
+                        [], {"total": 1.0}, {"BE-JOB-003": ["database-outages-past-lease"]},
+                        {"BE-JOB-003.1": ["database-outages-past-lease"]})
+    assert results["verdict"] == "tampered"
+    assert results["requirements"]["BE-JOB-003"]["status"] == "tampered"
+    write_grade_reports(grade_dir, results)  # results.json validated against the report schema on the way
+    assert json.loads((grade_dir / "results.json").read_text())["verdict"] == "tampered"
+    md = (grade_dir / "summary.md").read_text()
+    assert md.startswith("# Grade of cheat at level 4 — 🚫 TAMPERED") and "✅ valid" not in md.split("\n")[0]
+    assert 'type="tampered"' in junit.render(results) and 'type="tampered"' in (grade_dir / "junit.xml").read_text()
+    assert 'pill tampered' in (grade_dir / "index.html").read_text()
+    row = row_from_grade("cheat", "/nowhere/adapter.toml", results, 1.0, None)
+    assert row.verdict == "tampered" and "tamper_evidence" in row.reason
+    assert ",tampered," in csv_text([row]) and "pill tampered" in table_html([row], {})
+    from harness.cli import EXIT
+    from harness.grade_many import exit_code
+
+    assert EXIT["tampered"] != 0 and exit_code([row]) == 1
+    assert summary.MARK["tampered"] != summary.MARK["valid"]
