@@ -410,6 +410,7 @@ class Worker:
         received_at = time.monotonic()
         async with self._slot():
             metrics.IN_FLIGHT.inc()
+            job = None
             try:
                 try:
                     job = parse(message.body, message.message_id)
@@ -425,11 +426,11 @@ class Worker:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                await self._unexpected_before_claim(message, exc)
+                await self._unexpected_before_claim(message, exc, job)
             finally:
                 metrics.IN_FLIGHT.dec()
 
-    async def _unexpected_before_claim(self, message, exc: BaseException) -> None:
+    async def _unexpected_before_claim(self, message, exc: BaseException, job: JobMessage | None = None) -> None:
         """An error that is neither an outage (waited out in ``_db``) nor a verdict on the job, before the job
         was ours: nothing can be recorded on the job, so the delivery backs off before it goes back (never a hot
         requeue), and after ``max_attempts`` deliveries it is dead-lettered with the cause in its headers."""
@@ -439,6 +440,8 @@ class Worker:
         log.error("unexpected error before the claim of %s (delivery %d): %s", message.message_id, deliveries + 1,
                   reason, exc_info=exc)
         if deliveries + 1 >= self.settings.max_attempts:
+            if job is not None:
+                await self._record_dead_letter(job, f"unexpected_error: {reason}")
             await self._dead_letter(message, f"unexpected_error: {reason}")
             return
         delay = min(UNEXPECTED_BACKOFF_CAP_SECONDS, self.backoff.delay(deliveries))
@@ -745,6 +748,24 @@ class Worker:
             log.warning("job %s: forwarding to pipeline version %d failed (%s); acked, the sweeper republishes it",
                         job.job_id, job.pipeline_version, type(exc).__name__)
         await _settle(message, "ack")
+
+    async def _record_dead_letter(self, job: JobMessage, reason: str) -> None:
+        """Record on the job that its delivery is dead-lettered (queued -> processing -> failed, error_code
+        ``dead_lettered``, one transaction), so that the lost-message safety net does not republish it until its TTL
+        (issue 23 defect 7). Only the job's current attempt, still ``queued``, is taken; anything else (another
+        attempt, ready, failed, leased) is left as it is. Best effort and bounded: if the database refuses, the job
+        stays queued and the safety net is the fallback, as before."""
+        try:
+            row = await asyncio.wait_for(self._db_once(queries().dead_letter_job, {
+                "job_id": job.job_id, "attempt": job.attempt, "pipeline_version": self.settings.pipeline_version,
+                "reason": reason[:500], "actor": f"worker:{self.identity}"}), RELEASE_TIMEOUT_SECONDS * 5)
+        except Exception as exc:  # noqa: BLE001 - logged; the safety net stays the fallback
+            log.warning("job %s: its dead-lettering could not be recorded (%s); it stays queued", job.job_id,
+                        type(exc).__name__)
+            return
+        if row is not None:
+            metrics.JOBS.labels("dead_lettered").inc()
+            log.warning("job %s attempt %d: failed as dead_lettered (%s)", job.job_id, job.attempt, reason)
 
     async def _dead_letter(self, message, reason: str) -> None:
         metrics.JOBS.labels("poison").inc()

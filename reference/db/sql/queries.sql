@@ -197,6 +197,30 @@ WITH moved AS (
 )
 SELECT job_id, attempt FROM moved;
 
+-- name: dead_letter_job
+-- Worker (issue 23 defect 7): the delivery of a queued job's current attempt is dead-lettered after
+-- max_attempts deliveries without a verdict (an error that is neither an outage nor about the job). The
+-- dead-lettering is recorded on the job, so nothing (the lost-message safety net) republishes it until its TTL:
+-- the worker takes the job (queued -> processing, a new fencing token, as a claim does) and ends it in the same
+-- transaction (processing -> failed, error_code `dead_lettered`, attempts exhausted without a verdict). An
+-- operator's dead-letter replay then revives it as any failed job (failed -> queued, a new attempt).
+WITH moved AS (
+    UPDATE jobs
+       SET state = 'failed', error_code = 'dead_lettered', last_error = %(reason)s,
+           fencing_token = fencing_token + 1, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+     WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND state = 'queued'
+       AND pipeline_version = %(pipeline_version)s
+    RETURNING job_id, attachment_id, attempt
+), event AS (
+    INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor)
+    SELECT m.attachment_id, m.job_id, v.from_state, v.to_state, m.attempt, v.reason, %(actor)s
+      FROM moved m
+     CROSS JOIN (VALUES (1, 'queued', 'processing', NULL),
+                        (2, 'processing', 'failed', 'dead_lettered: ' || %(reason)s)) AS v(n, from_state, to_state, reason)
+     ORDER BY v.n
+)
+SELECT job_id, attempt FROM moved;
+
 -- name: expire_leases
 -- Sweeper: processing jobs whose lease ran out (worker died or paused) go
 -- back to queued as a new attempt with a new outbox row, or to failed when

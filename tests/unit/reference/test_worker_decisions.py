@@ -649,6 +649,33 @@ def test_unclassified_error_before_the_claim_backs_off_then_dead_letters_with_it
     assert "RaiseException" in reason and "SQLSTATE P0001" in reason
 
 
+def test_a_job_whose_delivery_is_dead_lettered_is_recorded_failed_not_left_queued(harness):
+    """Issue 23 defect 7: the job of a delivery dead-lettered after max_attempts deliveries without a verdict is
+    recorded as such (failed, error_code dead_lettered) before the letter goes, so the lost-message safety net does
+    not republish it until its TTL."""
+    harness.worker.settings.retry_base_seconds = 0.01
+    harness.db.answers["claim_job"] = psycopg.errors.RaiseException("trigger says no")
+    harness.db.answers["dead_letter_job"] = {"job_id": JOB_ID, "attempt": 1}
+    before = jobs_counted("dead_lettered")
+    last = harness.delivery()
+    last.headers = {"x-delivery-count": harness.worker.settings.max_attempts - 1}
+    harness.handle(last)
+    assert harness.journal[-3:] == ["db:dead_letter_job", "dead_letter", "ack"]
+    params = harness.db.params("dead_letter_job")
+    assert (params["job_id"], params["attempt"]) == (JOB_ID, 1) and "RaiseException" in params["reason"]
+    assert jobs_counted("dead_lettered") == before + 1
+
+
+def test_recording_a_dead_lettering_that_the_database_refuses_still_dead_letters(harness):
+    harness.worker.settings.retry_base_seconds = 0.01
+    harness.db.answers["claim_job"] = psycopg.errors.RaiseException("trigger says no")
+    harness.db.answers["dead_letter_job"] = psycopg.errors.RaiseException("trigger says no again")
+    last = harness.delivery()
+    last.headers = {"x-delivery-count": harness.worker.settings.max_attempts - 1}
+    harness.handle(last)
+    assert harness.journal[-3:] == ["db:dead_letter_job", "dead_letter", "ack"]
+
+
 def raise_exception_answers(harness) -> None:
     """The fake database raises an exception answer only when given directly; one computed by a callable answer is
     returned. Make the worker's database calls raise those too."""
