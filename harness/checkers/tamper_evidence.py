@@ -11,6 +11,10 @@ else it shows can be trusted — with the scenario, the fault, what was expected
 ``valid`` when every network fault the run applied was read back in force (at least once) and unchanged; ``unknown``
 when one could not be read back at all (Toxiproxy did not answer, a run recorded before the checks existed); idle
 (valid, not exercised) in a run with no network fault.
+
+Any other part of the harness that verifies what it owns (the tap's queue and bindings, a failpoint value, a clock
+offset) reports a change the same way: a ``tamper`` line with ``found="changed"``, ``what``, ``expected``,
+``observed`` (and ``fault`` / ``link`` where they apply). Every such line makes the run ``tampered``.
 """
 
 from __future__ import annotations
