@@ -112,7 +112,7 @@ def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None,
         try:
             final["queues"] = tap.sample()
             if tap.dead_letter_queue:
-                from .observe import payload_bytes
+                from .broker import payload_bytes
 
                 final["dead_letters"] = [
                     {"routing_key": m.get("routing_key"), "payload": m.get("payload", "")[:2000],

@@ -16,7 +16,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from harness.observe import amqp_queue_depth
+from harness.broker import amqp_queue_depth
 from harness.prefetch import read_consumers
 
 from . import curve, curve_chart

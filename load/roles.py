@@ -169,6 +169,6 @@ class Deployment:
 
 
 def _auth(amqp_url: str) -> tuple[str, str]:
-    from harness.observe import management_auth
+    from harness.broker import management_auth
 
     return management_auth(amqp_url)

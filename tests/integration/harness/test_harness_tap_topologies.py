@@ -16,7 +16,7 @@ import aio_pika
 import pytest
 
 from harness.history import History, HistoryWriter
-from harness.observe import Management, Tap, amqp_queue_depth
+from harness.broker import Management, Tap, amqp_queue_depth
 
 pytestmark = pytest.mark.integration
 
