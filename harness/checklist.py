@@ -3,10 +3,19 @@ level-5 rows (pipeline versions) from the state contract's own sentence.
 
 Each requirement of the seeds ends with a list of what must be tested. Every entry of those lists is one row here,
 with an id like ``BE-JOB-006.2``, the seed's words, their meaning in English, the grade level from which the row is
-required, and the invariants (checkers) whose exercised, valid verdict proves it. Scenarios say which rows they
-provoke (``verifies = [...]`` in their TOML). A row passes only when a scenario provoking it ran and one of its
-proving checks was exercised and valid, with none of them invalid or unknown; a requirement passes only when every
-row it requires does. The rows and their wording are data; the rules that judge them are ``grade.checklist_rows``.
+required, the invariants (checkers) that judge it, and its proof: what must have been observed for the row to pass.
+Scenarios say which rows they provoke (``verifies = [...]`` in their TOML). A row passes only when a scenario
+provoking it ran, none of its checks was invalid or unknown, and every claim of its proof was observed: a claim is met
+by an exercised, valid verdict of one of its checks — ``check:tag`` only when that verdict says it observed the event
+the row names (``Verdict.proves``: an ack compared with a commit, copies that raced). A check that had nothing to
+look at, or looked at something else, proves nothing. A requirement passes only when every row it requires does.
+The rows and their wording are data; the rules that judge them are ``grade.checklist_rows``.
+
+Row statuses (the same words in the terminal, summary.md, results.json, junit and the HTML pages; see
+:data:`ROW_STATUSES`): ``pass``; ``fail``; ``unknown`` (a check behind it could not tell); ``not proven`` (what the
+row names was never observed: the scenarios behind it were skipped — the row says which capability the adapter must
+declare — or ran without the event); ``missing`` (the catalogue provokes it nowhere); ``not required`` (above the
+grade's level). A check's verdict that is valid but was not exercised is shown as ``not exercised``, never valid.
 """
 
 from __future__ import annotations
@@ -20,7 +29,14 @@ class Item:
     seed: str  # the seed's own words (Russian), as the row's source of truth
     meaning: str  # what the harness provokes and checks, in English
     level: int  # required by a grade at this level or above
-    checks: tuple[str, ...]  # invariants that prove the row when exercised and valid
+    checks: tuple[str, ...]  # invariants that judge the row: any invalid or unknown one decides it
+    # What must be observed for the row to pass: every claim met, each by one of its alternatives ("check" exercised
+    # and valid, or "check:tag" whose valid verdict proves the tag). Empty: one claim, any of ``checks``.
+    proof: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def claims(self) -> tuple[tuple[str, ...], ...]:
+        return self.proof or (tuple(self.checks),)
 
     @property
     def requirement(self) -> str:
@@ -36,7 +52,10 @@ ITEMS: tuple[Item, ...] = (
          ("lost_accepted_work",)),
     Item("BE-JOB-001.3", "сопоставление подтверждения с транзакционной границей",
          "the ack matched against the transaction boundary: an uncommitted delivery is still unacked in the queue", 3,
-         ("ack_after_commit", "delivery_accounting")),
+         ("ack_after_commit", "delivery_accounting"),
+         # Only a consumer crash before its commit, with the delivery seen surviving it, compares an ack with a commit;
+         # delivery_accounting (loops, leftovers) judges the row but cannot prove it.
+         (("ack_after_commit:ack_vs_commit",),)),
     Item("BE-JOB-002.1", "последовательная и конкурентная повторная доставка",
          "sequential and concurrent redelivery (of a message, or of an upload under one Idempotency-Key): one "
          "ready, one effect per key", 3,
@@ -46,7 +65,8 @@ ITEMS: tuple[Item, ...] = (
          ("duplicate_effects",)),
     Item("BE-JOB-002.3", "проверка атомарности deduplication",
          "deduplication is atomic: copies racing on two consumers claim and commit once", 3,
-         ("duplicate_effects",)),
+         ("duplicate_effects", "copies_raced"),
+         (("duplicate_effects",), ("copies_raced:raced",))),
     Item("BE-JOB-003.1", "тест временной и постоянной ошибки",
          "a transient error is retried to success, a permanent one ends terminal", 3,
          ("bounded_retries", "lost_accepted_work", "delivery_accounting")),
@@ -56,13 +76,17 @@ ITEMS: tuple[Item, ...] = (
          ("retry_exhaustion",)),
     Item("BE-JOB-003.3", "при наличии изоляции — тест записи и контролируемого replay",
          "what cannot be processed is isolated (dead-lettered) and replayed under control, audited", 4,
-         ("replay_audit", "dead_letter", "dead_letter_replay")),
+         ("replay_audit", "dead_letter", "dead_letter_replay"),
+         # Isolation alone (dead_letter, with or without a dead-letter queue) is not the row: the controlled, audited
+         # replay of what was isolated or recorded failed is.
+         (("replay_audit", "dead_letter_replay"),)),
     Item("BE-JOB-004.1", "тест перестановки и параллельной доставки",
          "permuted and parallel delivery: order does not matter", 3,
          ("order_independence",)),
     Item("BE-JOB-004.2", "тест двух сообщений одного ключа",
          "two messages of one key (one job delivered twice at once): serialised, one effect", 3,
-         ("duplicate_effects",)),
+         ("duplicate_effects", "copies_raced"),
+         (("duplicate_effects",), ("copies_raced:raced",))),
     Item("BE-JOB-004.3", "нагрузочный тест лимитов prefetch и очереди",
          "under a backlog, unacked deliveries per consumer stay within the declared prefetch", 3,
          ("bounded_concurrency",)),
@@ -118,3 +142,41 @@ ITEMS: tuple[Item, ...] = (
 )
 
 BY_ID = {item.id: item for item in ITEMS}
+
+
+# Row statuses: (symbol, junit element or None for a passing testcase), in the order a summary lists them.
+ROW_STATUSES: dict[str, tuple[str, str | None]] = {
+    "tampered": ("🚫", "failure"),
+    "pass": ("✅", None),
+    "fail": ("❌", "failure"),
+    "unknown": ("❔", "error"),
+    "not proven": ("❓", "error"),
+    "missing": ("⛔", "error"),
+    "not required": ("⏭", "skipped"),
+}
+NOT_EXERCISED = "not exercised"
+
+
+def shown_status(verdict: dict) -> str:
+    """How a check's verdict is shown everywhere: its status, except a valid check that was not exercised, which
+    proved nothing and is shown as ``not exercised`` (never green)."""
+    status = verdict.get("status")
+    if status == "valid" and not verdict.get("exercised", True):
+        return NOT_EXERCISED
+    return status
+
+
+def satisfies(alternative: str, verdict: dict) -> bool:
+    """Whether an exercised, valid ``verdict`` meets one alternative of a claim ("check" or "check:tag")."""
+    check, _, tag = alternative.partition(":")
+    if verdict.get("invariant") != check or verdict.get("status") != "valid" or not verdict.get("exercised", True):
+        return False
+    return not tag or tag in (verdict.get("proves") or ())
+
+
+def capability_hint(skipped: dict) -> str:
+    """What the implementation must declare (or the grade provide) for a skipped scenario to run."""
+    needs = list(skipped.get("needs") or [])
+    if needs:
+        return "; ".join(n if " " in n else f"declare [capabilities] {n} = true in the adapter" for n in needs)
+    return skipped.get("reason") or "it was skipped"

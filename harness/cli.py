@@ -110,13 +110,13 @@ def cmd_grade(args) -> int:
     print()
     print(f"GRADE {adapter.name} level {level} seed {seed}: {results['verdict'].upper()}")
     for rid, req in sorted(results["requirements"].items()):
-        print(f"  {rid} {req['status']:8} {req['why']}")
+        print(f"  {rid} {req['status']:12} {req['why']}")
     rows = results.get("checklist") or {}
     if rows:
         print("checklist (the seeds' verification items):")
         for item_id, row in rows.items():
-            print(f"  {item_id} {row['status']:8} {row['meaning']}"
-                  + ("" if row["status"] in ("pass", "skipped") else f" — {row['why']}"))
+            print(f"  {item_id} {row['status']:12} {row['meaning']}"
+                  + ("" if row["status"] in ("pass", "not required") else f" — {row['why']}"))
     print("where the time went:")
     for key, value in results["timings"].items():
         print(f"  {key:52} {value:7.1f}s")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import scenarios as catalogue_mod
 from .checklist import BY_ID as CHECKLIST_ITEMS
-from .checklist import ITEMS
+from .checklist import ITEMS, capability_hint, satisfies
 from .checkers import combine
 from .defaults import DEFAULT_PARALLEL  # noqa: F401 - re-exported for callers of grade()
 from .report import write_grade_reports
@@ -54,24 +54,27 @@ def items_required_at(level: int, catalogue_scenarios) -> dict[str, list[str]]:
 
 
 def _item_row(item, ran: list[dict], skipped: list[dict], required: bool) -> dict:
-    """One checklist row. It passes only when a scenario provoking it ran and one of the row's own checks was
-    exercised and valid there, with none of them invalid or unknown; a scenario invalid by another check leaves
-    the row to its own checks (that scenario fails the grade, and its own rows, anyway)."""
+    """One checklist row. It passes only when a scenario provoking it ran, none of the row's checks was invalid or
+    unknown there, and every claim of its proof was observed (an exercised, valid verdict of the claim's check that
+    proves the event the row names: harness/checklist.py); a scenario invalid by another check leaves the row to its
+    own checks (that scenario fails the grade, and its own rows, anyway). Nothing observed: ``not proven``, with the
+    capability a skipped scenario behind it needs."""
     base = {"requirement": item.requirement, "meaning": item.meaning, "seed": item.seed, "level": item.level,
             "checks": list(item.checks), "scenarios": [s["name"] for s in ran]}
+    behind = [s for s in skipped if item.id in (s.get("verifies") or [])]
+    if not required:
+        return {**base, "status": "not required", "why": f"not required at this level (from level {item.level})"}
     if not ran:
-        reasons = [f"{s['name']}: {s['reason']}" for s in skipped if item.id in (s.get("verifies") or [])]
-        if not required:
-            return {**base, "status": "skipped", "why": f"not required at this level (from level {item.level})"}
-        if reasons:
-            return {**base, "status": "unknown", "why": "not provoked: every scenario behind it was skipped: "
-                                                        + "; ".join(reasons)}
+        if behind:
+            return {**base, "status": "not proven", "why": "every scenario behind it was skipped: " + "; ".join(
+                f"{s['name']} ({s['reason']}: {capability_hint(s)})" for s in behind)}
         return {**base, "status": "missing", "why": "no scenario of this grade provokes it"}
     tampered = [f"{s['name']} (seed {s['seed']}): {unknown_reason(s, 'tampered')}" for s in ran
                 if s.get("verdict") == "tampered"]
     if tampered:  # the harness's faults were changed under the run: nothing it shows can pass a row
         return {**base, "status": "tampered", "why": "; ".join(tampered)}
-    invalid, unknown, exercised, idle = [], [], [], []
+    invalid, unknown, idle = [], [], []
+    met: dict[int, list[str]] = {}  # claim index -> what met it
     for s in ran:
         if s.get("error"):
             unknown.append(f"{s['name']}: run error: {s['error']}")
@@ -84,25 +87,32 @@ def _item_row(item, ran: list[dict], skipped: list[dict], required: bool) -> dic
                 invalid.append(f"{label}: {v['summary']}")
             elif v["status"] == "unknown":
                 unknown.append(f"{label}: {v['summary']}")
-            elif v.get("exercised", True):
-                exercised.append(label)
-            else:
-                idle.append(f"{label} ({v['summary']})")
-    others = [f"{s['name']}: {s['reason']}" for s in skipped if item.id in (s.get("verifies") or [])]
-    also = f" (also behind it, skipped: {'; '.join(others)})" if others else ""
+            elif not v.get("exercised", True):
+                idle.append(f"{label} not exercised ({v['summary']})")
+            for index, claim in enumerate(item.claims):
+                hit = next((alt for alt in claim if satisfies(alt, v)), None)
+                if hit is not None:
+                    met.setdefault(index, []).append(label + (f" [{hit.partition(':')[2]}]" if ":" in hit else ""))
+                elif v["status"] == "valid" and v.get("exercised", True) and any(
+                        alt.partition(":")[0] == v["invariant"] for alt in claim):
+                    idle.append(f"{label} valid but did not observe {' or '.join(claim)} ({v['summary']})")
+    also = "; ".join(f"{s['name']} ({s['reason']}: {capability_hint(s)})" for s in behind)
     if invalid:
         return {**base, "status": "fail", "why": "; ".join(invalid)}
     if unknown:
         return {**base, "status": "unknown", "why": "; ".join(unknown)}
-    if not exercised:
-        return {**base, "status": "unknown", "why": "no check behind it was exercised: " + (
-            "; ".join(idle) or f"no scenario ran one of its checks ({', '.join(item.checks)})")}
-    return {**base, "status": "pass", "why": "exercised and valid: " + ", ".join(exercised) + also}
+    unmet = [" or ".join(claim) for index, claim in enumerate(item.claims) if index not in met]
+    if unmet:
+        return {**base, "status": "not proven", "why": "not observed: " + "; ".join(unmet) + (
+            ": " + "; ".join(idle) if idle else " (no scenario that ran exercised it)") + (
+            f"; skipped behind it: {also}" if also else "")}
+    return {**base, "status": "pass", "why": "observed: " + ", ".join(x for i in sorted(met) for x in met[i]) + (
+        f" (also behind it, skipped: {also})" if also else "")}
 
 
 def checklist_rows(scenario_results: list[dict], skipped: list[dict], required_items: dict | None = None) -> dict:
-    """Per checklist row (the seeds' verification items): pass, fail, unknown, missing, or skipped when this
-    grade does not require it."""
+    """Per checklist row (the seeds' verification items): pass, fail, unknown, not proven, missing, or not required
+    (by this grade's level); see harness/checklist.py."""
     required_items = required_items if required_items is not None else {item.id: [] for item in ITEMS}
     return {item.id: _item_row(item, [s for s in scenario_results if item.id in (s.get("verifies") or [])],
                                skipped, item.id in required_items) for item in ITEMS}
@@ -110,20 +120,20 @@ def checklist_rows(scenario_results: list[dict], skipped: list[dict], required_i
 
 def requirement_checklist(scenario_results: list[dict], skipped: list[dict], required: dict | None = None,
                           rows: dict | None = None) -> dict:
-    """Per requirement id: pass, fail, unknown, skipped or not required — with why.
+    """Per requirement id: pass, fail, unknown or not required — with why.
 
     With checklist rows, a requirement passes only when every row of it this grade requires passes. A scenario
     that names the requirement without provoking one of its rows still counts against it when it is invalid or
     unknown. Without rows (or with none required, e.g. a partial grade), a requirement passes when every
     scenario naming it ran valid and, in at least one of them, a check that proves it was exercised (a check that
     had nothing to look at proves nothing). A required requirement that nothing exercised is unknown, never
-    skipped: the grade cannot vouch for it.
+    not required: the grade cannot vouch for it.
     """
     required = required if required is not None else {rid: ["?"] for rid in ALL_REQUIREMENTS}
     out = {}
     for rid in ALL_REQUIREMENTS:
         own = {item_id: row for item_id, row in (rows or {}).items()
-               if CHECKLIST_ITEMS[item_id].requirement == rid and row["status"] != "skipped"}
+               if CHECKLIST_ITEMS[item_id].requirement == rid and row["status"] != "not required"}
         by_scenarios = _by_scenarios(rid, scenario_results, skipped, rid in required or bool(own))
         if not own:
             out[rid] = by_scenarios
@@ -151,7 +161,8 @@ def _by_scenarios(rid: str, scenario_results: list[dict], skipped: list[dict], n
         reasons = [f"{s['name']}: {s['reason']}" for s in skipped if rid in s.get("requirements", [])]
         why = "; ".join(reasons) if reasons else NOT_IN_CATALOGUE.get(rid, "no scenario in the catalogue names it")
         return ({"status": "unknown", "why": f"required at this level but not exercised: {why}", "scenarios": []}
-                if needed else {"status": "skipped", "why": f"not required by this grade: {why}", "scenarios": []})
+                if needed else {"status": "not required", "why": f"not required by this grade: {why}",
+                                "scenarios": []})
     names = [s["name"] for s in ran]
     tampered = [s for s in ran if s["verdict"] == "tampered"]
     if tampered:
@@ -193,11 +204,18 @@ def scenario_entry(result: dict, run_dir: Path, base: Path, seconds: float) -> d
 
 
 def skipped_entry(scenario, why: str) -> dict:
+    """A scenario the grade skipped, with what the implementation must declare (or the grade provide) for it to run:
+    a row proven only by skipped scenarios is ``not proven`` and says so."""
+    needs = [c for c in scenario.requires if why.startswith("adapter lacks") and c in why]
+    if "RabbitMQ cluster" in why:
+        needs.append(f"a {scenario.rabbitmq_nodes}-node RabbitMQ cluster (`harness run {scenario.name}` starts one)")
     return {"name": scenario.name, "reason": why, "level": scenario.level,
-            "requirements": scenario.raw["requirements"], "verifies": scenario.raw.get("verifies") or []}
+            "requirements": scenario.raw["requirements"], "verifies": scenario.raw.get("verifies") or [],
+            **({"needs": needs} if needs else {})}
 
 
-REQUIREMENT_STATUS = {"pass": "valid", "fail": "invalid", "unknown": "unknown", "skipped": "valid",
+# A requirement's status -> what it adds to the grade's verdict (not required: nothing to vouch for, no doubt).
+REQUIREMENT_STATUS = {"pass": "valid", "fail": "invalid", "unknown": "unknown", "not required": "valid",
                       "tampered": "tampered"}
 
 

@@ -15,6 +15,7 @@ from . import upload_idempotency
 from . import version_isolation
 from . import broker_failover
 from . import dead_letter_replay
+from . import copies_raced
 from . import tamper_evidence
 from .base import INVALID, TAMPERED, UNKNOWN, VALID, Verdict, combine
 
@@ -26,7 +27,7 @@ CHECKERS = {
                    batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage,
                    retry_exhaustion, dead_letter, expiry_metric, lease_renewal,
                    owner_overlap, stale_ack, delivery_accounting, upload_idempotency, version_isolation,
-                   broker_failover, dead_letter_replay, tamper_evidence)
+                   broker_failover, dead_letter_replay, copies_raced, tamper_evidence)
 }
 
 

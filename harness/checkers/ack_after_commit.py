@@ -262,7 +262,9 @@ def check(history, final, run) -> Verdict:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"{len(unknowns)} crashed deliveries could not be judged",
                        evidence=unknowns, seed=seed_of(run))
     if proven:
+        # Each proven job compared the ack with the commit: a consumer died before its commit and the broker was
+        # seen to keep (or hand out again) its delivery (checklist row BE-JOB-001.3).
         return Verdict(NAME, VALID, REQUIREMENTS, f"{len(proven)} in-flight jobs redelivered after consumer crashes",
-                       evidence=proven, seed=seed_of(run))
+                       evidence=proven, seed=seed_of(run), proves=["ack_vs_commit"])
     return Verdict(NAME, VALID, REQUIREMENTS, "no consumer crash while a job was in flight; not exercised",
                    exercised=False, evidence=[{"message": n} for n in notes], seed=seed_of(run))

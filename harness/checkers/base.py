@@ -49,6 +49,10 @@ class Verdict:
     exercised: bool = True
     evidence: list[dict[str, Any]] = field(default_factory=list)
     seed: int | None = None
+    # What this verdict observed that a checklist row names (harness/checklist.py: "check:tag"), e.g. an ack
+    # compared with a commit ("ack_vs_commit"), copies of a job that raced ("raced"). Empty: nothing beyond
+    # being exercised.
+    proves: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..paths import data_dir
 from . import plots
+from ..checklist import shown_status
 from .summary import REQUIREMENT_TITLES
 
 esc = plots.esc
@@ -116,7 +117,7 @@ def _scenario_section(grade_dir: Path, s: dict, open_: bool) -> str:
     note = (f'{len(rows)} attachment{"s" if len(rows) != 1 else ""} ({counts}) · {float(s.get("seconds") or 0):.1f}s '
             f'· seed {esc(s.get("seed"))}')
     failing = [v for v in s.get("verdicts") or [] if v.get("status") != "valid"]
-    items = "".join(f'<li>{pill(v["status"])} <b>{esc(v["invariant"])}</b>: {esc(v.get("summary", ""))}</li>'
+    items = "".join(f'<li>{pill(shown_status(v))} <b>{esc(v["invariant"])}</b>: {esc(v.get("summary", ""))}</li>'
                     for v in failing)
     if s.get("error"):
         items = f'<li>{pill("error")} run error: <code>{esc(s["error"])}</code></li>' + items

@@ -6,6 +6,7 @@ import json
 from xml.etree import ElementTree as ET
 
 from ..checkers import counts
+from ..checklist import NOT_EXERCISED, ROW_STATUSES, shown_status
 
 
 def _suite(parent, scenario_result: dict) -> ET.Element:
@@ -33,28 +34,27 @@ def _suite(parent, scenario_result: dict) -> ET.Element:
             ET.SubElement(case, "error", message=v["summary"], type="unknown").text = text
         elif v["status"] == "unknown":
             ET.SubElement(case, "skipped", message=f"not counted (the scenario does not rely on it): {v['summary']}")
-        elif not v.get("exercised", True):
-            ET.SubElement(case, "system-out").text = f"not exercised: {v['summary']}"
+        elif shown_status(v) == NOT_EXERCISED:  # proved nothing: never a green testcase
+            ET.SubElement(case, "skipped", message=f"{NOT_EXERCISED}: {v['summary']}")
     return suite
 
 
 def _checklist_suite(parent, rows: dict) -> ET.Element:
     """One testcase per verification item of the seeds: a CI system shows the checklist as tests."""
-    bad = {status: sum(row["status"] == status for row in rows.values())
-           for status in ("fail", "unknown", "missing", "tampered")}
+    # Each row status is one junit kind (harness/checklist.py ROW_STATUSES): a failure, an error, skipped or a pass.
+    kind = {row_id: ROW_STATUSES.get(row["status"], (None, "skipped" if row["status"] == "skipped" else "error"))[1]
+            for row_id, row in rows.items()}
     suite = ET.SubElement(parent, "testsuite", name="checklist", tests=str(len(rows)),
-                          failures=str(bad["fail"] + bad["tampered"]),
-                          errors=str(bad["unknown"] + bad["missing"]),
-                          skipped=str(sum(row["status"] == "skipped" for row in rows.values())))
+                          failures=str(sum(k == "failure" for k in kind.values())),
+                          errors=str(sum(k == "error" for k in kind.values())),
+                          skipped=str(sum(k == "skipped" for k in kind.values())))
     for item_id, row in rows.items():
         case = ET.SubElement(suite, "testcase", classname=f"checklist.{row['requirement']}",
                              name=f"{item_id} {row['meaning']}")
-        if row["status"] in ("fail", "tampered"):
-            ET.SubElement(case, "failure", message=row["why"], type=row["status"])
-        elif row["status"] in ("unknown", "missing"):
-            ET.SubElement(case, "error", message=row["why"], type=row["status"])
-        elif row["status"] == "skipped":
-            ET.SubElement(case, "skipped", message=row["why"])
+        if kind[item_id] in ("failure", "error"):
+            ET.SubElement(case, kind[item_id], message=row["why"], type=row["status"])
+        elif kind[item_id] == "skipped":
+            ET.SubElement(case, "skipped", message=f"{row['status']}: {row['why']}")
         else:
             ET.SubElement(case, "system-out").text = row["why"]
     return suite

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..checkers import counts
+from ..checklist import ROW_STATUSES, shown_status
 
 REQUIREMENT_TITLES = {
     "BE-JOB-001": "ack after result",
@@ -14,7 +15,8 @@ REQUIREMENT_TITLES = {
     "BE-JOB-007": "per-item batch results",
 }
 MARK = {"valid": "✅ valid", "invalid": "❌ invalid", "unknown": "❔ unknown", "pass": "✅ pass", "fail": "❌ fail",
-        "skipped": "⏭ skipped", "missing": "⛔ missing",
+        "skipped": "⏭ skipped", "not required": "⏭ not required", "not proven": "❓ not proven",
+        "not exercised": "⚪ not exercised", "missing": "⛔ missing",
         "tampered": "🚫 TAMPERED"}  # the harness's faults changed by someone else (checkers/tamper_evidence.py)
 
 
@@ -44,7 +46,7 @@ def scenario_md(r: dict) -> str:
     lines += ["", "| invariant | verdict | exercised | summary |", "|---|---|---|---|"]
     declared = s.get("checks")
     for v in r["verdicts"]:
-        status = MARK[v["status"]] + ("" if counts(v, declared) else " (not counted: the scenario does not rely on it)")
+        status = MARK[shown_status(v)] + ("" if counts(v, declared) else " (not counted: the scenario does not rely on it)")
         lines.append(f"| {v['invariant']} | {status} | {'yes' if v.get('exercised') else 'no'} | {v['summary']} |")
     bad = [v for v in r["verdicts"] if v["status"] != "valid"]
     if bad:
@@ -62,7 +64,7 @@ def checklist_md(r: dict) -> list[str]:
     if not rows:
         return []
     tally = {status: sum(row["status"] == status for row in rows.values())
-             for status in ("tampered", "pass", "fail", "unknown", "missing", "skipped")}
+             for status in (*ROW_STATUSES, "skipped")}
     lines = ["", "## Checklist: the seeds' verification items", "",
              ", ".join(f"{n} {status}" for status, n in tally.items() if n) + f" (of {len(rows)} rows; rows above "
              f"level {r['level']} are not required)", "",

@@ -20,7 +20,8 @@ GRADED = ("valid", "invalid", "unknown", "tampered")
 NOT_GRADED = ("invalid adapter", "did not start", "timeout", "error")
 VERDICT_MARK = {**{k: MARK[k] for k in GRADED}, "invalid adapter": "⛔ invalid adapter",
                 "did not start": "⛔ did not start", "timeout": "⏱ timeout", "error": "⚠ error"}
-STATUS_SYMBOL = {"pass": "✅", "fail": "❌", "unknown": "❔", "skipped": "⏭", "tampered": "🚫", "": "—"}
+STATUS_SYMBOL = {"pass": "✅", "fail": "❌", "unknown": "❔", "skipped": "⏭", "not required": "⏭", "tampered": "🚫",
+                 "": "—"}
 CSV_COLUMNS = ["name", "adapter", "verdict", *REQUIREMENTS, "seconds", "report", "reason"]
 
 
@@ -78,7 +79,7 @@ def markdown(rows: list[Row], meta: dict) -> str:
     lines = [f"# {meta.get('title') or 'Grades'}", ""]
     lines += [f"- {_cell(k)}: {_cell(v)}" for k, v in (meta.get("facts") or {}).items()]
     lines += ["- requirement cells: " + ", ".join(f"{STATUS_SYMBOL[s]} {s}" for s in ("pass", "fail", "unknown",
-                                                                                      "skipped")) +
+                                                                                      "not required")) +
               ", — not graded", ""]
     header = ["#", "submission", "adapter", "verdict", *REQUIREMENTS, "time", "report", "reason"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -108,7 +109,7 @@ def _requirement_pill(status: str) -> str:
     """A compact status pill for a requirement cell (the full word on hover)."""
     if not status:
         return '<span class="pill none" title="not graded">—</span>'
-    short = {"unknown": "unkn.", "skipped": "skip"}.get(status, status)
+    short = {"unknown": "unkn.", "skipped": "skip", "not required": "n/req"}.get(status, status)
     return pill(status, short).replace("<span ", f'<span title="{esc(status)}" ', 1)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 
 from ..checkers.base import parse_time
+from ..checklist import shown_status
 from ..paths import data_dir
 
 COLOURS = {"queued": "#f0c24b", "processing": "#4b8bf0", "ready": "#3bb273", "failed": "#d64545", None: "#ccc"}
@@ -130,7 +131,7 @@ def build(history, final: dict, run: dict, results: dict) -> str:
                        f'(line {e["line"]}, t={e["t"]:.2f}s)</title></line>')
     svg.append("</svg>")
     verdict_rows = "".join(
-        f'<tr class="{_esc(v["status"])}"><td>{_esc(v["invariant"])}</td><td>{_esc(v["status"])}</td>'
+        f'<tr class="{_esc(shown_status(v).replace(" ", "-"))}"><td>{_esc(v["invariant"])}</td><td>{_esc(shown_status(v))}</td>'
         f'<td>{_esc(", ".join(v["requirements"]))}</td><td>{_esc(v["summary"])}'
         + "".join(f'<div class="ev">{_esc(ev.get("message"))} {_esc(ev.get("attachment_id") or "")} '
                   f'{_esc("lines " + str(ev.get("lines")) if ev.get("lines") else "")}</div>'

@@ -16,9 +16,12 @@ from harness.schemas import errors
 SEED = 4242
 
 
-def verdict(invariant, status="valid", exercised=True, summary_="s"):
+def verdict(invariant, status="valid", exercised=True, summary_="s", proves=()):
     return {"invariant": invariant, "status": status, "exercised": exercised, "summary": summary_,
-            "requirements": [], "evidence": []}
+            "requirements": [], "evidence": [], "proves": list(proves)}
+
+
+ACKED = ["ack_vs_commit"]  # what ack_after_commit proves when a crash compared an ack with a commit
 
 
 def entry(name, verifies, verdicts, verdict_="valid", checks=None, requirements=None, error=None):
@@ -73,21 +76,22 @@ def rows_for(entries, skipped=(), required=None):
 
 
 def test_a_row_passes_only_on_an_exercised_valid_check_of_its_own():
-    rows = rows_for([entry("crash", ["BE-JOB-001.3"], [verdict("ack_after_commit")])])
+    rows = rows_for([entry("crash", ["BE-JOB-001.3"], [verdict("ack_after_commit", proves=ACKED)])])
     assert rows["BE-JOB-001.3"]["status"] == "pass"
     assert "crash (seed 4242): ack_after_commit" in rows["BE-JOB-001.3"]["why"]
     idle = rows_for([entry("crash", ["BE-JOB-001.3"], [verdict("ack_after_commit", exercised=False,
                                                                summary_="nothing in flight at the crash")])])
-    assert idle["BE-JOB-001.3"]["status"] == "unknown"
+    assert idle["BE-JOB-001.3"]["status"] == "not proven"
     assert "nothing in flight at the crash" in idle["BE-JOB-001.3"]["why"]
     # A valid check that is not one of the row's own proves nothing for it.
     other = rows_for([entry("crash", ["BE-JOB-001.3"], [verdict("lost_accepted_work")])])
-    assert other["BE-JOB-001.3"]["status"] == "unknown"
+    assert other["BE-JOB-001.3"]["status"] == "not proven"
 
 
 def test_a_check_the_scenario_does_not_declare_does_not_count():
-    rows = rows_for([entry("crash", ["BE-JOB-001.3"], [verdict("ack_after_commit")], checks=["duplicate_effects"])])
-    assert rows["BE-JOB-001.3"]["status"] == "unknown"
+    rows = rows_for([entry("crash", ["BE-JOB-001.3"], [verdict("ack_after_commit", proves=ACKED)],
+                           checks=["duplicate_effects"])])
+    assert rows["BE-JOB-001.3"]["status"] == "not proven"
 
 
 def test_an_invalid_or_unknown_check_of_the_row_decides_it_whatever_the_others_say():
@@ -101,20 +105,22 @@ def test_an_invalid_or_unknown_check_of_the_row_decides_it_whatever_the_others_s
     assert rows_for([good, crashed])["BE-JOB-002.1"]["status"] == "unknown"
 
 
-def test_a_row_nothing_provokes_is_missing_skipped_is_unknown_above_its_level_not_required():
+def test_a_row_nothing_provokes_is_missing_skipped_is_not_proven_above_its_level_not_required():
     required = {"BE-JOB-003.2": []}
     rows = rows_for([], required=required)
     assert rows["BE-JOB-003.2"]["status"] == "missing"
-    assert rows["BE-JOB-006.1"]["status"] == "skipped"  # not required by this (level-3-like) grade
-    skipped = [{"name": "retry", "reason": "needs failpoints", "verifies": ["BE-JOB-003.2"]}]
+    assert rows["BE-JOB-006.1"]["status"] == "not required"  # not required by this (level-3-like) grade
+    skipped = [{"name": "retry", "reason": "adapter lacks failpoints", "verifies": ["BE-JOB-003.2"],
+                "needs": ["failpoints"]}]
     rows = rows_for([], skipped, required)
-    assert rows["BE-JOB-003.2"]["status"] == "unknown" and "needs failpoints" in rows["BE-JOB-003.2"]["why"]
+    assert rows["BE-JOB-003.2"]["status"] == "not proven"
+    assert "declare [capabilities] failpoints = true in the adapter" in rows["BE-JOB-003.2"]["why"]
 
 
 # --- a requirement from its rows ---------------------------------------------------------------------------------
 
 def test_a_requirement_passes_only_when_every_required_row_does():
-    entries = [entry("w1", ["BE-JOB-001.1", "BE-JOB-001.3"], [verdict("ack_after_commit")]),
+    entries = [entry("w1", ["BE-JOB-001.1", "BE-JOB-001.3"], [verdict("ack_after_commit", proves=ACKED)]),
                entry("w2", ["BE-JOB-001.2"], [verdict("lost_accepted_work")])]
     required = {"BE-JOB-001": ["w1", "w2"]}
     all_rows = {"BE-JOB-001.1": ["w1"], "BE-JOB-001.2": ["w2"], "BE-JOB-001.3": ["w1"]}
@@ -138,7 +144,7 @@ def test_a_scenario_invalid_by_a_check_outside_the_rows_still_fails_its_requirem
 
 
 def test_the_grade_results_carry_the_rows_in_every_report(tmp_path):
-    entries = [entry("w1", ["BE-JOB-001.3"], [verdict("ack_after_commit")])]
+    entries = [entry("w1", ["BE-JOB-001.3"], [verdict("ack_after_commit", proves=ACKED)])]
     results = aggregate(tmp_path, {"name": "fake", "level": 3, "path": None}, 3, SEED, entries, [], {"total": 1},
                         {"BE-JOB-001": ["w1"]}, {"BE-JOB-001.1": [], "BE-JOB-001.3": ["w1"]})
     assert errors("report.schema.json", json.loads(json.dumps(results))) == []

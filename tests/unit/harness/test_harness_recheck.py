@@ -74,8 +74,8 @@ def test_grade_checklist_and_recheck_of_a_grade_folder(tmp_path):
     required = {"BE-JOB-002": ["good", "bad"]}  # at level 3 the catalogue here proves only BE-JOB-002
     checklist = requirement_checklist(entries, skipped, required)
     assert checklist["BE-JOB-002"]["status"] == "fail" and "bad (seed 42)" in checklist["BE-JOB-002"]["why"]
-    assert checklist["BE-JOB-006"]["status"] == "skipped" and "proves level 4" in checklist["BE-JOB-006"]["why"]
-    assert checklist["BE-JOB-004"]["status"] == "skipped"  # no scenario here names it, and it is not required
+    assert checklist["BE-JOB-006"]["status"] == "not required" and "proves level 4" in checklist["BE-JOB-006"]["why"]
+    assert checklist["BE-JOB-004"]["status"] == "not required"  # no scenario here names it, and it is not required
     results = aggregate(grade_dir, {"name": "fake", "level": 4, "path": None}, 3, 42, entries, skipped, {"total": 3},
                         required)
     from harness.report import write_grade_reports

@@ -147,7 +147,7 @@ def test_grade_index_page_is_self_contained_with_checklist_timelines_and_plots(t
         parse(svg)
     # The checklist: every requirement with its status and why.
     for rid, status in (("BE-JOB-001", "fail"), ("BE-JOB-004", "pass"), ("BE-JOB-005", "unknown"),
-                        ("BE-JOB-007", "skipped")):
+                        ("BE-JOB-007", "not-required")):  # never a green "valid" (issue 20, item 8)
         assert re.search(rf"<b>{rid}</b></td><td><span class=\"pill {status}\">", page), rid
     assert "required at this level but not exercised: expiry-after-backlog: adapter cannot set job_ttl_seconds" in page
     # Each scenario links its own timeline page and opens (small grade) with its failing check named.
