@@ -241,7 +241,8 @@ def seed_entry(seed: int, result: dict, run_dir: Path, base: Path, raw: dict, se
         "seconds": round(seconds, 1), "faults": raw["faults"], "workload": raw["workload"],
         "checkers": {name: v["status"] + ("" if v.get("exercised", True) or v["status"] != "valid" else " (idle)")
                      for name, v in verdicts.items()},
-        "invalid": [brief(v) for v in verdicts.values() if v["status"] == "invalid"],
+        # tampered counts as a false alarm too: a correct implementation's run must never be called tampered
+        "invalid": [brief(v) for v in verdicts.values() if v["status"] in ("invalid", "tampered")],
         "unknown": [brief(v) for v in verdicts.values() if v["status"] == "unknown"],
         "figures": figures, "replay": replay, "scenario_file": f"{shown}/{raw['name']}.toml",
     }
@@ -266,7 +267,8 @@ def summarize(entries: list[dict]) -> dict:
     for e in entries:
         for name, status in e["checkers"].items():
             row = checkers.setdefault(name, {"valid": 0, "idle": 0, "invalid": 0, "unknown": 0})
-            row["idle" if status.endswith("(idle)") else status] += 1
+            key = "idle" if status.endswith("(idle)") else status
+            row[key] = row.get(key, 0) + 1  # "tampered" too: the harness's faults changed under a seed's run
     false_alarms = [{"seed": e["seed"], "run_dir": e["run_dir"], "replay": e["replay"], **v}
                     for e in entries for v in e["invalid"]]
     unknowns = [{"seed": e["seed"], "invariant": v["invariant"], "summary": v["summary"]}
@@ -275,7 +277,8 @@ def summarize(entries: list[dict]) -> dict:
     return {"seeds": len(entries), "false_alarms": false_alarms, "unknowns": unknowns, "errors": errors,
             "figures": totals, "figures_undecided": {k: v for k, v in undecided.items() if v},
             "faults_by_kind": dict(sorted(kinds.items())), "checkers": dict(sorted(checkers.items())),
-            "verdicts": {s: sum(e["verdict"] == s for e in entries) for s in ("valid", "invalid", "unknown")}}
+            "verdicts": {s: sum(e["verdict"] == s for e in entries)
+                         for s in ("valid", "invalid", "unknown", "tampered")}}
 
 
 def exit_code(summary: dict) -> int:
