@@ -144,18 +144,25 @@ def ensure_user(slot: int) -> tuple[str, int, int]:
             return name, entry.pw_uid, entry.pw_gid
         except KeyError:
             pass
-        try:
-            gid = grp.getgrnam(name).gr_gid
-        except KeyError:
-            _run(["groupadd", "--system", "--gid", str(uid), name], check_rc=False)
-            gid = grp.getgrnam(name).gr_gid
-        done = _run(["useradd", "--system", "--uid", str(uid), "--gid", str(gid), "--no-create-home",
-                     "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name], check_rc=False)
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            raise IsolationError(f"could not create the user {name}: {done.stderr.strip()}") from None
-        return name, entry.pw_uid, entry.pw_gid
+        gid = None
+        for attempt in range(5):
+            try:
+                gid = grp.getgrnam(name).gr_gid
+                break
+            except KeyError:
+                _run(["groupadd", "--system", "--gid", str(uid), name], check_rc=False)
+                time.sleep(0.1 * attempt)
+        if gid is None:
+            raise IsolationError(f"could not create the group {name}")
+        for attempt in range(5):  # another harness may hold /etc/passwd's lock for a moment
+            done = _run(["useradd", "--system", "--uid", str(uid), "--gid", str(gid), "--no-create-home",
+                         "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name], check_rc=False)
+            try:
+                entry = pwd.getpwnam(name)
+                return name, entry.pw_uid, entry.pw_gid
+            except KeyError:
+                time.sleep(0.2 * (attempt + 1))
+        raise IsolationError(f"could not create the user {name}: {done.stderr.strip()}")
 
 
 # --- cgroups --------------------------------------------------------------------------------------------------------
@@ -426,7 +433,8 @@ def mount_script(slot: int, argv: list[str], env: dict[str, str], hide: list[Pat
         lines.append(f"mkdir -p {shlex.quote(str(path))}")
         lines.append(f"mount --rbind {shlex.quote(str(stage / str(i)))} {shlex.quote(str(path))}")
     for path in hide:  # the report folder: an empty read-only folder in its place (unless already out of view)
-        if path.is_dir() and not any(_under(path, t) for t in overmounts) and not any(_under(n, path) for n in needed):
+        out_of_view = any(_under(path, t) for t in overmounts) and not any(_under(path, s) for s in staged)
+        if path.is_dir() and not out_of_view and not any(_under(n, path) for n in needed):
             lines.append(f"mount -t tmpfs -o ro,size=4k,mode=0755 harness-hidden {shlex.quote(str(path))}")
     lines.append('exec "$@"')
     return "\n".join(lines)

@@ -24,6 +24,7 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgre
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || need_apt+=(faketime)   # clock_skew scenarios
+[ -x /usr/sbin/nft ] || need_apt+=(nftables)   # isolation of submissions (docs/guides/grade-untrusted.md)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -148,7 +148,7 @@ def test_the_roles_die_with_a_killed_harness(tmp_path):
                                text=True, cwd=REPO_ROOT)
     try:
         slot = int(harness.stdout.readline())
-        assert _wait(lambda: len(isolation.cgroup_pids(slot)) >= 3), isolation.cgroup_pids(slot)
+        assert _wait(lambda: len(isolation.cgroup_pids(slot)) >= 2), isolation.cgroup_pids(slot)  # role, daemon
         members = isolation.cgroup_pids(slot)
         assert isolation.nft_table(slot) in _nft_tables()
     finally:
@@ -177,7 +177,7 @@ def test_every_cheat_is_contained(stack, tmp_path, monkeypatch):
         isolation.set_mode(None)
     lines = [line for line in (run_dir / "logs" / "worker.log").read_text().splitlines() if line.startswith("CHEAT ")]
     print("\n".join(lines))
-    said = {line.split(":", 1)[0].split()[1]: line.split(":", 1)[1].strip() for line in lines}
+    said = {line.split(":", 1)[0].split()[1]: line.split(":", 1)[1].strip() for line in lines if ":" in line}
     assert "done" in " ".join(lines), f"the cheats did not finish within the run: {lines}"
     for name in ("toxiproxy_api", "open_ports", "direct_database", "signal_harness", "write_reports", "fill_disk",
                  "kill_others", "fork_bomb"):
