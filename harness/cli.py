@@ -135,7 +135,8 @@ def cmd_grade_many(args) -> int:
 
 
 def cmd_soak(args) -> int:
-    from .soak import SoakError, run_command
+    from .soak import SoakError
+    from .soak_command import run_command
 
     try:
         return run_command(args, _progress)

@@ -94,8 +94,8 @@ def faults_of(adapter, picks: list[Pick]) -> list[dict]:
             r for f in faults if f["action"] == "hold" for r in f["hold"]}
         rng = random.Random(pick.variant)
         spare = [] if any(f["action"] == "permute" for f in faults) else consumers
-        fault = soak_mod._draw_one(pick.kind, rng, adapter, at, [r for r in adapter.roles if r not in armed], spare,
-                                   armed | struck)
+        fault = soak_mod.draw_one(pick.kind, rng, adapter, at, [r for r in adapter.roles if r not in armed], spare,
+                                  armed | struck)
         if fault is None:
             fault = {"action": "toxic", "service": "postgres", "toxic": "latency", "params": {"ms": 50}, "at": at,
                      "duration": 0.5}
@@ -110,7 +110,7 @@ def scenario_raw(adapter, case: Case, level: int, name: str) -> dict:
     return {
         "name": name,
         "description": f"Drawn by harness explore (seed {case.seed}): {case.uploads} uploads, "
-                       f"{len(faults)} faults ({', '.join(soak_mod._describe(f) for f in faults) or 'none'}).",
+                       f"{len(faults)} faults ({', '.join(soak_mod.describe_fault(f) for f in faults) or 'none'}).",
         "windows": [], "requirements": ["BE-JOB-001", "BE-JOB-002", "BE-JOB-003"], "level": level,
         "exactness": "n/a", "grade": False, "drain_seconds": 20, "settle_seconds": 1,
         "nemesis_timeout_seconds": 90,
@@ -213,7 +213,7 @@ def explore(adapter, sut: str, *, budget: float, seed: int, level: int | None = 
                  "replay": replay_command(path, sut, seed, level, int(adapter.level))}
         runs.append(entry)
         progress(f"#{n} [{time.monotonic() - began:4.0f}s] {tag}: {result['verdict'].upper()} in {entry['seconds']:.0f}s"
-                 f" — {case.uploads} uploads; " + ("; ".join(soak_mod._describe(f) for f in raw["faults"]) or "no faults")
+                 f" — {case.uploads} uploads; " + ("; ".join(soak_mod.describe_fault(f) for f in raw["faults"]) or "no faults")
                  + (f" — INVALID: {', '.join(bad)}" if bad else ""))
         return entry
 
@@ -311,7 +311,7 @@ def run_command(args, progress=print) -> int:
     print(f"  smallest failing case: {len(best['faults'])} faults, {best['uploads']} uploads — INVALID: "
           f"{', '.join(best['invalid'])}")
     for f in best["faults"]:
-        print(f"    - {soak_mod._describe(f)}")
+        print(f"    - {soak_mod.describe_fault(f)}")
     if results["replayed_invalid"] is not None:
         print(f"  replayed once more: {'INVALID again' if results['replayed_invalid'] else 'did NOT fail again (flaky)'}")
     print(f"  replay: {best['replay']}")

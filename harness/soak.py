@@ -96,7 +96,7 @@ def draw_schedule(adapter, seed: int, uploads: int = DEFAULT_UPLOADS, level: int
         armed = {adapter.window_role(f["window"]) for f in faults if f["action"] == "failpoint"}
         struck = {f.get("role") for f in faults if f["action"] in ("sigkill", "sigstop")} | {
             r for f in faults if f["action"] == "hold" for r in f["hold"]}
-        fault = _draw_one(kind, rng, adapter, at, [r for r in roles if r not in armed], spare, armed | struck)
+        fault = draw_one(kind, rng, adapter, at, [r for r in roles if r not in armed], spare, armed | struck)
         if fault is None:  # nothing this kind may target in this seed (e.g. every consumer held by a permute)
             fault = {"action": "toxic", "service": rng.choice(SERVICES), "toxic": "latency",
                      "params": {"ms": rng.randint(50, 400)}, "at": at, "duration": round(rng.uniform(0.5, 3), 2)}
@@ -104,7 +104,7 @@ def draw_schedule(adapter, seed: int, uploads: int = DEFAULT_UPLOADS, level: int
     return faults
 
 
-def _draw_one(kind: str, rng, adapter, at: float, roles: list[str], consumers: list[str],
+def draw_one(kind: str, rng, adapter, at: float, roles: list[str], consumers: list[str],
               busy: set = frozenset()) -> dict | None:
     """One fault of ``kind`` (its module's ``draw``). ``roles``: those a process fault may target; ``busy``: roles a
     failpoint may not be armed on (already armed, killed, paused or held in this seed)."""
@@ -353,12 +353,12 @@ def recheck(soak_dir: Path) -> dict:
         raw = load_file(soak_dir / e["scenario_file"]).raw
         runs.append(seed_entry(e["seed"], result, soak_dir / e["run_dir"], soak_dir, raw, e["seconds"], e["replay"]))
     summary = summarize(runs)
-    results = {**stored, "runs": runs, "summary": summary, "verdict": _verdict(summary)}
+    results = {**stored, "runs": runs, "summary": summary, "verdict": verdict_of(summary)}
     write_reports(soak_dir, results)
     return results
 
 
-def _verdict(summary: dict) -> str:
+def verdict_of(summary: dict) -> str:
     return "invalid" if summary["false_alarms"] else ("unknown" if summary["errors"] or summary["unknowns"]
                                                       else "valid")
 
@@ -386,7 +386,7 @@ def soak(adapter, sut: str, seeds: list[int], *, uploads: int = DEFAULT_UPLOADS,
     progress(f"soak of {adapter.name} at level {level}: {len(seeds)} seeds ({', '.join(map(str, seeds))}), "
              f"{uploads} uploads each, nemesis {nemesis}, up to {parallel} side by side")
     for seed, scenario, _, replay in plans:
-        faults = "; ".join(_describe(f) for f in scenario.raw["faults"]) or "no faults"
+        faults = "; ".join(describe_fault(f) for f in scenario.raw["faults"]) or "no faults"
         progress(f"  seed {seed}: {faults}")
         progress(f"    replay: {replay}")
     progress(f"reports: {soak_dir}")
@@ -448,12 +448,12 @@ def soak(adapter, sut: str, seeds: list[int], *, uploads: int = DEFAULT_UPLOADS,
     results = {"report_version": 1, "kind": "soak", "run_id": soak_dir.name,
                "sut": {**adapter.summary(), "given": sut}, "level": level, "nemesis": nemesis, "uploads": uploads,
                "parallel": parallel, "seeds": seeds, "seconds": round(time.monotonic() - began, 1),
-               "runs": runs, "summary": summary, "verdict": _verdict(summary)}
+               "runs": runs, "summary": summary, "verdict": verdict_of(summary)}
     write_reports(soak_dir, results)
     return results, soak_dir
 
 
-def _describe(fault: dict) -> str:
+def describe_fault(fault: dict) -> str:
     what = {"failpoint": lambda: f"failpoint {fault.get('window')}",
             "sigkill": lambda: f"sigkill {fault.get('role')}", "sigstop": lambda: f"sigstop {fault.get('role')}",
             "toxic": lambda: f"{fault.get('toxic')} on {fault.get('service')}"
@@ -463,66 +463,3 @@ def _describe(fault: dict) -> str:
             "start_instance": lambda: f"start another {fault.get('role')}"}.get(fault["action"],
                                                                                 lambda: fault["action"])()
     return what + (f" at {fault['at']}s" if fault.get("at") is not None else "")
-
-
-def run_command(args, progress=print) -> int:
-    """`harness soak` from parsed arguments: checks them, runs, prints the totals, returns the exit code."""
-    import os
-
-    from . import adapter as adapter_mod
-    from .adapter_check import check, render
-
-    if args.nemesis not in NEMESES:
-        raise SoakError(f"--nemesis must be one of {', '.join(NEMESES)}, got {args.nemesis!r}")
-    report = check(args.sut, args.level)
-    if not report.ok:
-        import sys
-
-        print(render(report), file=sys.stderr)
-        raise SoakError("soak refused: fix the adapter file (harness adapter check FILE lists the same problems)")
-    adapter = adapter_mod.load(args.sut)
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big") % 1_000_000
-    if getattr(args, "seeds", None) is None:  # no --seeds: ONE long run (harness/soak_long.py)
-        return _run_long(args, adapter, seed, progress)
-    seeds = seeds_from(seed, args.seeds)
-    results, soak_dir = soak(adapter, args.sut, seeds, uploads=args.uploads, level=args.level, nemesis=args.nemesis,
-                             parallel=args.parallel, reports_dir=Path(args.reports) if args.reports else None,
-                             progress=progress, keep_data=args.keep_data)
-    s = results["summary"]
-    fig = s["figures"]
-    print()
-    print(f"SOAK {adapter.name} level {results['level']}, {len(seeds)} seeds from {seed}: "
-          f"{len(s['false_alarms'])} false alarms, {len(s['unknowns'])} unknown verdicts, {len(s['errors'])} run errors")
-    print(f"  uploads {fig['uploads']} (accepted {fig['accepted']}, ready {fig['ready']}, failed {fig['failed']}), "
-          f"faults {fig['faults_happened']} of {fig['faults_scheduled']} happened, lost {fig['lost']}, duplicates "
-          f"{fig['duplicates']}, regressions {fig['regressions']}, time {results['seconds']:.0f}s")
-    for alarm in s["false_alarms"]:
-        print(f"  FALSE ALARM seed {alarm['seed']}: {alarm['invariant']}: {alarm['summary']}")
-        print(f"    replay: {alarm['replay']}")
-    print(f"reports: {soak_dir}/summary.md  {soak_dir}/results.json")
-    return exit_code(s)
-
-
-def _run_long(args, adapter, seed: int, progress) -> int:
-    from .soak_long import soak_long
-
-    results, soak_dir = soak_long(adapter, args.sut, seed, uploads=args.uploads, level=args.level,
-                                  nemesis=args.nemesis, reports_dir=Path(args.reports) if args.reports else None,
-                                  progress=progress, keep_data=args.keep_data)
-    s = results["summary"]
-    fig = s["figures"]
-    print()
-    print(f"LONG SOAK {adapter.name} level {results['level']} seed {seed}: {results['verdict'].upper()}, "
-          f"{len(s['false_alarms'])} invalid checkers, {len(s['unknowns'])} unknown")
-    print(f"  uploads {fig['uploads']} (accepted {fig['accepted']}, ready {fig['ready']}, failed {fig['failed']})")
-    print(f"  faults {fig['faults_happened']} of {fig['faults_scheduled']} happened: "
-          + ", ".join(f"{k} {v}" for k, v in s["faults_by_kind"].items()))
-    print(f"  lost {fig['lost']}, duplicates {fig['duplicates']}, regressions {fig['regressions']}, "
-          f"time {results['seconds']:.0f}s (" + ", ".join(f"{k} {v:.0f}s" for k, v in results["timings"].items())
-          + ")")
-    for alarm in s["false_alarms"]:
-        print(f"  INVALID {alarm['invariant']}: {alarm['summary']}")
-    for u in s["unknowns"]:
-        print(f"  unknown {u['invariant']}: {u['summary']}")
-    print(f"reports: {soak_dir}/summary.md  {soak_dir}/results.json  (re-check: harness check {soak_dir})")
-    return exit_code(s)

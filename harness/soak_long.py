@@ -68,7 +68,7 @@ def draw_schedule(adapter, seed: int, uploads: int, level: int | None = None, ne
         struck = {f.get("role") for f in recent if f["action"] in ("sigkill", "sigstop")} | {
             r for f in recent if f["action"] == "hold" for r in f["hold"]}
         roles = [r for r in adapter.roles if r not in armed]
-        fault = soak_mod._draw_one(kind, rng, adapter, at, roles, consumers, armed | struck)
+        fault = soak_mod.draw_one(kind, rng, adapter, at, roles, consumers, armed | struck)
         if fault is None:
             fault = {"action": "toxic", "service": rng.choice(soak_mod.SERVICES), "toxic": "latency",
                      "params": {"ms": rng.randint(50, 400)}, "at": at, "duration": round(rng.uniform(0.5, 3), 2)}
@@ -193,7 +193,7 @@ def soak_long(adapter, sut: str, seed: int, *, uploads: int, level: int | None =
                "sut": {**adapter.summary(), "given": sut}, "level": level, "nemesis": nemesis, "uploads": uploads,
                "parallel": 1, "seeds": [seed], "seconds": round(time.monotonic() - began, 1),
                "timings": result.get("timings", {}), "excluded_kinds": excluded,
-               "runs": [entry], "summary": summary, "verdict": soak_mod._verdict(summary)}
+               "runs": [entry], "summary": summary, "verdict": soak_mod.verdict_of(summary)}
     soak_mod.write_reports(soak_dir, results)
     return results, soak_dir
 
