@@ -59,6 +59,9 @@ def install(app: FastAPI, retry_after_seconds: int) -> None:
 
     app.add_exception_handler(psycopg.OperationalError, _database)  # includes pool timeouts
     app.add_exception_handler(psycopg.InterfaceError, _database)
+    # A database that refuses writes for now (read-only: a failover, maintenance; SQLSTATE 25006) is down for this
+    # request, not a bug of it: 503 with Retry-After, as the worker waits it out (issue 23 defect 9).
+    app.add_exception_handler(psycopg.errors.ReadOnlySqlTransaction, _database)
 
     @app.exception_handler(StorageUnavailable)
     async def _storage(_: Request, exc: StorageUnavailable):

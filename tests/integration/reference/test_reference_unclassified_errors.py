@@ -68,3 +68,27 @@ def test_read_only_database_is_waited_out_not_requeued_hot(pipeline, monkeypatch
     final = pipeline.wait_state(attachment_id, ("ready", "failed"), timeout=30)
     assert final["state"] == "ready" and final["attempt"] == 1, final
     assert pipeline.queue_depths()["attachments.jobs.dead"] == 0
+
+
+def test_a_read_only_database_answers_uploads_503_with_retry_after(pipeline, monkeypatch):
+    """Issue 23 defect 9: the API's answer to a database that refuses writes for now is 503 with Retry-After (the
+    client retries with the same Idempotency-Key), never a 500; reads still answer."""
+    use_reference_under_test(pipeline, monkeypatch)
+    pipeline.start_all(roles=("api",))
+    accepted = pipeline.upload(sample_jpeg(8))
+    assert accepted.status_code == 202, accepted.text
+    set_read_only(pipeline, True)
+    try:
+        def refused():
+            response = pipeline.upload(sample_jpeg(9), headers={"Idempotency-Key": "read-only-1"})
+            return response if response.status_code != 202 else None
+
+        response = wait_for(refused, 20, interval=0.5, what="an upload refused while read-only")
+        assert response.status_code == 503, (response.status_code, response.text)
+        assert response.headers.get("retry-after"), response.headers
+        assert response.json()["error"]["code"] == "database_unavailable"
+    finally:
+        set_read_only(pipeline, False)
+    retried = wait_for(lambda: (r := pipeline.upload(sample_jpeg(9), headers={"Idempotency-Key": "read-only-1"}))
+                       .status_code == 202 and r, 20, interval=0.5, what="the retried upload accepted")
+    assert retried.json()["attachment_id"]

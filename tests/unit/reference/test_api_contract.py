@@ -125,3 +125,56 @@ def test_database_missing_answers_503_with_retry_after():
         response = test_client.get("/v1/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e")
         assert response.status_code == 503 and "retry-after" in response.headers
         assert json.loads(response.text)["error"]["code"] == "database_unavailable"
+
+
+class _RefusingConnection:
+    def __init__(self, error: Exception):
+        self.error = error
+
+    async def execute(self, *args, **kwargs):
+        raise self.error
+
+    def transaction(self):
+        raise self.error
+
+    def cursor(self, *args, **kwargs):
+        raise self.error
+
+
+class _RefusingPool:
+    """A pool whose every statement fails with ``error`` (a read-only database: after a failover, maintenance)."""
+
+    def __init__(self, error: Exception):
+        self.error = error
+
+    def connection(self, *args, **kwargs):
+        import contextlib
+
+        @contextlib.asynccontextmanager
+        async def connect():
+            yield _RefusingConnection(self.error)
+
+        return connect()
+
+
+@pytest.mark.parametrize("error", [
+    __import__("psycopg").errors.ReadOnlySqlTransaction("cannot execute UPDATE in a read-only transaction"),
+    __import__("psycopg").errors.AdminShutdown("terminating connection due to administrator command"),
+], ids=["read-only", "admin-shutdown"])
+def test_a_database_that_refuses_writes_for_now_answers_503_with_retry_after(error):
+    """Issue 23 defect 9: a read-only database (SQLSTATE 25006) is a dependency that is down for now, not a bug of
+    the request: 503 with Retry-After, like an unreachable one — never a 500."""
+    app = create_app(Settings(operator_token="op-secret", retry_after_seconds=3), connect=False)
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        app.state.pool = _RefusingPool(error)
+        try:
+            response = test_client.get("/v1/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e")
+            assert response.status_code == 503, response.text
+            assert response.headers.get("retry-after") == "3"
+            assert response.json()["error"]["code"] == "database_unavailable"
+            replay = test_client.post("/v1/admin/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e/replay",
+                                      json={"reason": "drill"},
+                                      headers={"Authorization": "Bearer op-secret", "X-Operator": "alice"})
+            assert replay.status_code == 503 and replay.headers.get("retry-after") == "3", replay.text
+        finally:
+            app.state.pool = None
