@@ -20,7 +20,10 @@ rightly publishes again). A queue-level message TTL without a dead-letter queue 
 
 Exercised when some job of such a hold waited longer than the adapter's ``stale_queued_seconds`` plus a sweep
 interval (a republishing net would have fired by then); without that timing and without a finding the verdict is
-``unknown``: nothing says the hold outlasted the implementation's threshold.
+``unknown``: nothing says the hold outlasted the implementation's threshold — unless the adapter says there is no
+republish safety net at all (``[capabilities] republish = false``): then there is no threshold to outlast, and "no
+job published twice while every consumer was held" is the whole claim, judged as such (exercised as soon as a job
+waited behind the hold).
 """
 
 from __future__ import annotations
@@ -135,11 +138,18 @@ def check(history, final, run) -> Verdict:
                        f"{len(skipped)} repeated messages, but the dead-letter queue grew or the earlier copy had "
                        "expired: it may have left the work queue, so the repeat may be a rightful republish",
                        evidence=[evidence("observation", **facts)] + skipped[:20], seed=seed_of(run))
+    declared = (run.get("adapter") or {}).get("capabilities") or {}
+    if stale is None and declared.get("republish") is False:
+        return Verdict(NAME, VALID, REQUIREMENTS,
+                       f"no republish safety net (the adapter declares [capabilities] republish = false): {held_jobs} "
+                       f"jobs waited up to {longest:.1f}s behind held consumers and none was published again",
+                       exercised=longest > 0, evidence=[evidence("observation", **facts)], seed=seed_of(run))
     if stale is None:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS,
                        f"no job was published twice during the hold ({held_jobs} jobs, longest wait {longest:.1f}s), "
                        "but the adapter declares no stale_queued_seconds: cannot tell whether the hold outlasted its "
-                       "republish threshold", evidence=[evidence("observation", **facts)], seed=seed_of(run))
+                       "republish threshold (an implementation without a republish safety net declares "
+                       "[capabilities] republish = false)", evidence=[evidence("observation", **facts)], seed=seed_of(run))
     exercised = longest >= stale + sweep
     return Verdict(NAME, VALID, REQUIREMENTS,
                    f"{held_jobs} jobs waited up to {longest:.1f}s behind held consumers "

@@ -74,3 +74,29 @@ def test_no_hold_of_every_consumer_is_not_exercised():
     b.upload(0.5, attachment_id=JOBS[0][0], job_id=JOBS[0][1])
     verdict = redundant_publish.check(b.history(), b.final, b.run)
     assert verdict.status == VALID and not verdict.exercised
+
+
+# --- an implementation without a republish safety net (issue 20: a correct shape misjudged) ----------------------
+
+def without_net(copies: int):
+    b = backlog(copies=copies, stale=None)
+    b.run["adapter"]["capabilities"] = {"republish": False}  # the adapter says: no lost-message republish at all
+    return b
+
+
+def test_no_safety_net_declared_is_judged_never_republished_instead_of_unknown():
+    b = without_net(copies=1)
+    verdict = redundant_publish.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert "no republish safety net" in verdict.summary and "none was published again" in verdict.summary
+
+
+def test_no_safety_net_declared_still_fails_a_job_published_twice():
+    b = without_net(copies=3)
+    assert redundant_publish.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_without_the_declaration_a_missing_threshold_stays_unknown():
+    b = backlog(copies=1, stale=None)
+    b.run["adapter"]["capabilities"] = {"replay": True}  # says nothing about republishing
+    assert redundant_publish.check(b.history(), b.final, b.run).status == UNKNOWN
