@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from .formats import canonical_ids, has_upper_uuid
+
 EVENT_TYPES = frozenset(
     {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note",
      "object", "delivery", "metrics", "snapshot", "versions", "version_snapshot", "tamper"}
@@ -98,11 +100,15 @@ class History:
 
     @classmethod
     def from_lines(cls, lines: Iterable[str]) -> "History":
+        """The lines as events; UUIDs compared case-insensitively, so each is read in lower case (formats.py): the
+        file keeps what the implementation wrote."""
         events = []
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
             event = json.loads(raw)
+            if has_upper_uuid(raw):
+                event = canonical_ids(event)
             event["line"] = number
             events.append(event)
         return cls(tuple(events))
@@ -112,7 +118,7 @@ class History:
         """Build a history from dicts (tests, hand-made histories); fills seq/t/wall/line if missing."""
         out = []
         for number, event in enumerate(events, start=1):
-            e = {"seq": number, "t": float(number), "wall": 1_700_000_000.0 + number, **event}
+            e = {"seq": number, "t": float(number), "wall": 1_700_000_000.0 + number, **canonical_ids(event)}
             e.setdefault("line", number)
             out.append(e)
         return cls(tuple(out))

@@ -44,8 +44,20 @@ def counts(verdict: Verdict | dict, declared: list[str] | None) -> bool:
             or data["invariant"] in ALWAYS_COUNTED)
 
 
+def _canonical_final(final):
+    import json
+
+    from ..formats import canonical_ids, has_upper_uuid
+
+    if isinstance(final, dict) and has_upper_uuid(json.dumps(final, default=str)):
+        return canonical_ids(final)
+    return final
+
+
 def run_checks(history, final, run, names=None) -> list[Verdict]:
-    """Run the named checkers (default: all) and return their verdicts; a crashing checker yields unknown."""
+    """Run the named checkers (default: all) and return their verdicts; a crashing checker yields unknown.
+    UUIDs are case-insensitive: the final state is read with each in lower case, as the history is (formats.py)."""
+    final = _canonical_final(final)
     verdicts = []
     for name in names or CHECKERS:
         module = CHECKERS[name]

@@ -9,7 +9,6 @@ stored in run.json (scenario, seed, adapter, level). No I/O, no clocks.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from typing import Any
 
 VALID, INVALID, UNKNOWN = "valid", "invalid", "unknown"
@@ -90,16 +89,11 @@ def combine(statuses: list[str]) -> str:
 
 
 def parse_time(value: Any) -> float | None:
-    """RFC 3339 / ISO 8601 string or epoch number -> epoch seconds (None if unparseable)."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    try:
-        text = str(value).replace("Z", "+00:00")
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
+    """RFC 3339 string at any fractional precision (harness/formats.py) or epoch number -> epoch seconds (None if
+    unparseable)."""
+    from ..formats import epoch
+
+    return epoch(value)
 
 
 def seed_of(run: dict) -> int | None:

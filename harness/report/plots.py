@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import html
 import math
-from datetime import datetime
 
 STATE_COLOURS = {"queued": "#f0c24b", "processing": "#4b8bf0", "ready": "#3bb273", "failed": "#d64545"}
 OTHER_STATE = "#b8b8b8"
@@ -159,11 +158,9 @@ def _epoch(value) -> float | None:
         return float(value)
     if not isinstance(value, str) or not value:
         return None
-    text = value.strip().replace("Z", "+00:00").replace(" ", "T", 1)
-    try:
-        return datetime.fromisoformat(text).timestamp()
-    except ValueError:
-        return None
+    from ..formats import epoch  # RFC 3339 at any fractional precision
+
+    return epoch(value)
 
 
 def time_base(events: list[dict]) -> tuple[float, float]:
