@@ -9,9 +9,20 @@ its TTL; objects left by work that began before its TTL ran out and whose commit
 unreferenced, like those of the after_s3_write_before_commit window, and are kept as a note. Work accepted after the
 consumers are back (after the first claim following the release) must still reach ``ready``: expiry is not
 applied to fresh work.
+
+In every scenario, whatever else it provokes: no attachment is committed ``ready``, and no object ``ready`` names is
+written, after its job's deadline. The harness's own clocks decide that it could be late at all (the latest
+possible deadline is the 202's wall time + TTL; S3 dates the objects): a variant object ``ready`` names dated past
+that (beyond S3's whole-second slack) is an effect started past the deadline; a ``ready`` the harness first saw
+past it whose own record (the ``processing → ready`` event against the ``expires_at`` its message carried, or its
+creation event + TTL) puts the commit past the deadline is a commit past it. A scenario that holds no consumer
+(the deadline passes during a slow fetch) proves expiry only when a job claimed before its deadline then ended
+expired (the re-check after the wait ran): that something expired at its claim proves nothing about the re-check.
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timezone
 
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, expiry_code, final_read_ok,
                    parse_time, seed_of, timings_of, transitions_of)
@@ -24,6 +35,140 @@ SPAWN_SLACK_SECONDS = 0.1
 # S3 Last-Modified has whole seconds (rounded down) and a PUT started just before the deadline may be dated a
 # moment after it: only a write this long after the latest possible deadline counts as started past it.
 LATE_WRITE_SLACK_SECONDS = 1.0
+# The implementation's own stamps (a commit event's ``at`` against the ``expires_at`` on the wire) come from its own
+# clocks: a commit this much past the deadline they state is past it (more where the run moved a role's clock).
+OWN_CLOCK_SLACK_SECONDS = 0.5
+
+
+def wire_deadlines(history) -> dict[str, float]:
+    """job_id -> the ``expires_at`` its messages carried (the earliest, on the wire as the harness's tap saw it)."""
+    out: dict[str, float] = {}
+    for m in history.of_type("message"):
+        body = m.get("body")
+        if isinstance(body, dict) and isinstance(body.get("job_id"), str):
+            at = parse_time(body.get("expires_at"))
+            if at is not None:
+                out[body["job_id"]] = min(out.get(body["job_id"], at), at)
+    return out
+
+
+def clock_offsets(history) -> float:
+    """The largest clock offset the run gave any role (seconds; 0 without clock faults): two roles' stamps may be
+    up to twice this apart."""
+    return max((abs(float(e.get("offset_seconds") or 0)) for e in history.of_type("observe")
+                if e.get("source") == "clock_skew"), default=0.0)
+
+
+def first_seen_ready(history, attachment_id: str) -> float | None:
+    """Wall time (harness clock) the harness first saw the attachment ``ready`` (a GET or its events)."""
+    seen = [e["wall"] for e in history.of_type("state") if e.get("attachment_id") == attachment_id
+            and e.get("state") == "ready"]
+    seen += [e["wall"] for e in history.of_type("transition") if e.get("attachment_id") == attachment_id
+             and e.get("to") == "ready"]
+    return min(seen, default=None)
+
+
+def named_objects(record: dict, final: dict) -> list[tuple[str, float | None]]:
+    """(key, Last-Modified) of every object the attachment's ``ready`` result names (final read and bucket list)."""
+    listed = {o.get("key"): o.get("last_modified") for o in final.get("bucket_objects") or []}
+    stored = record.get("objects") or {}
+    out = []
+    for v in (record.get("body") or {}).get("variants") or []:
+        key = v.get("key")
+        if key:
+            modified = (stored.get(key) or {}).get("last_modified") or listed.get(key)
+            out.append((key, parse_time(modified)))
+    return out
+
+
+def past_deadline(history, final, run, accepted: dict, ttl) -> tuple[list[dict], list[str]]:
+    """Every scenario: (violations, attachments judged) for ``ready`` results committed, or variant objects written,
+    after the job's deadline. Judged only on the upload's own job (the version its message named)."""
+    if ttl is None:
+        return [], []
+    deadlines = wire_deadlines(history)
+    versions = {}
+    for m in history.of_type("message"):
+        body = m.get("body")
+        if isinstance(body, dict) and isinstance(body.get("job_id"), str):
+            versions.setdefault(body["job_id"], body.get("pipeline_version"))
+    skew = 2 * clock_offsets(history)
+    problems, judged = [], []
+    for attachment_id, acc in sorted(accepted.items()):
+        record = (final.get("attachments") or {}).get(attachment_id) or {}
+        body = record.get("body") or {}
+        if body.get("state") != "ready":
+            continue
+        job_id = acc["ok"].get("job_id")
+        version = versions.get(job_id)
+        served = body.get("pipeline_version")
+        if version is not None and served is not None and served != version:
+            continue  # another version's job (level 5): its own deadline, not this upload's
+        latest = acc["ok"]["wall"] + float(ttl)  # harness clock: the server stamped the deadline no later
+        judged.append(attachment_id)
+        base = dict(attachment_id=attachment_id, job_id=job_id, events=[acc["ok"]], ttl_seconds=ttl,
+                    deadline_no_later_than=round(latest, 3))
+        late = [(k, m) for k, m in named_objects(record, final)
+                if m is not None and m > latest + LATE_WRITE_SLACK_SECONDS]
+        if late:
+            problems.append(evidence("ready names objects written after the job's deadline (an effect started "
+                                     "past it: expiry not re-checked after a long wait)",
+                                     effects=[f"object {k} at {utc(m)}" for k, m in late][:6], **base))
+            continue
+        seen = first_seen_ready(history, attachment_id)
+        if seen is None or seen <= latest:
+            continue  # the harness saw it ready before the latest possible deadline: in time
+        trans = transitions_of(history, final, attachment_id)
+        ready = next((t for t in trans if t["to"] == "ready" and t["at"] is not None), None)
+        created = next((t for t in trans if t["from"] is None and t["at"] is not None), None)
+        own = deadlines.get(job_id)
+        source = "the expires_at its message carried"
+        if own is None and created is not None:
+            own, source = created["at"] + float(ttl), "its creation event + TTL"
+        if ready is None or own is None:
+            continue
+        if ready["at"] > own + OWN_CLOCK_SLACK_SECONDS + skew:
+            problems.append(evidence(f"committed ready {ready['at'] - own:.2f}s after its deadline ({source}; "
+                                     f"the harness first saw it ready {seen - latest:.2f}s after the latest "
+                                     "possible deadline): expiry not re-checked before the commit",
+                                     ready_at=ready.get("at_text"), deadline=utc(own), seen_ready_wall=seen,
+                                     **base))
+    return problems, judged
+
+
+def expired_after_a_claim_in_time(history, final, accepted: dict, code: str, ttl) -> list[dict]:
+    """Attachments that ended expired (``processing → failed`` with the expiry code) after a claim made before
+    their deadline: the harness saw the claim before the earliest possible deadline (the upload sent + TTL, its own
+    clock), or the claim's own event precedes the ``expires_at`` its message carried."""
+    if ttl is None:
+        return []
+    deadlines = wire_deadlines(history)
+    out = []
+    for attachment_id, acc in sorted(accepted.items()):
+        body = ((final.get("attachments") or {}).get(attachment_id) or {}).get("body") or {}
+        if body.get("state") != "failed" or body.get("error_code") != code:
+            continue
+        trans = transitions_of(history, final, attachment_id)
+        if not trans or trans[-1]["from"] != "processing" or trans[-1]["to"] != "failed":
+            continue
+        claim = next((t for t in reversed(trans[:-1]) if t["to"] == "processing"), None)
+        if claim is None:
+            continue
+        earliest = first_invoke(history, acc["invoke"])["wall"] + float(ttl)
+        seen = [e["wall"] for e in history.of_type("transition") if e.get("attachment_id") == attachment_id
+                and e.get("to") == "processing" and e.get("event_seq") == claim["seq"]]
+        own = deadlines.get(acc["ok"].get("job_id"))
+        by_harness = bool(seen) and min(seen) < earliest
+        by_record = own is not None and claim["at"] is not None and claim["at"] < own
+        if by_harness or by_record:
+            out.append(evidence("claimed before its deadline, expired during its work (re-checked after the wait)",
+                                attachment_id=attachment_id, job_id=acc["ok"].get("job_id"), claim_at=claim.get("at_text"),
+                                seen_by="harness clock" if by_harness else "its own claim event and expires_at"))
+    return out
+
+
+def utc(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def expired_in_time(history, attachment_id: str, code: str, sent_wall: float, ttl: float) -> bool:
@@ -178,6 +323,9 @@ def check(history, final, run) -> Verdict:
                                              f"{body.get('state')!r} ({body.get('error_code')})", **base))
     if proven or NAME in checks:  # other scenarios hold consumers too, with failures of their own making
         problems += fresh_bad
+    # 3. Any scenario: nothing committed ready, and no object it names written, past the job's deadline.
+    late, judged_late = past_deadline(history, final, run, accepted, ttl)
+    problems += late
     note = "the expiry metric is judged by expiry_metric"
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} expiry violations",
@@ -188,15 +336,20 @@ def check(history, final, run) -> Verdict:
                        f"{len(fresh_ok)} fresh uploads reached ready; {note}",
                        evidence=proven + [evidence("fresh uploads reached ready", attachment_ids=fresh_ok)] + leftovers,
                        seed=seed_of(run))
-    if reported and not holds and ttl is not None:
-        # No consumer was held (e.g. the deadline passed during a slow fetch or render): what expired was
-        # judged above — failed, never ready, no results, nothing written past its deadline.
+    rechecked = expired_after_a_claim_in_time(history, final, accepted, code, ttl) if not holds else []
+    if rechecked and ttl is not None:
+        # No consumer was held (the deadline passed during a slow fetch or render): jobs claimed in time then
+        # expired (the re-check after the wait ran), and nothing was committed or written past a deadline.
         return Verdict(NAME, VALID, REQUIREMENTS,
-                       f"{reported} attachments expired during their work, none with an effect or a write past its "
-                       f"deadline; {note}", exercised=True, evidence=leftovers, seed=seed_of(run))
+                       f"{len(rechecked)} jobs claimed before their deadline expired during their work "
+                       f"({reported} expired in all), none with an effect or a write past its deadline; "
+                       f"{len(judged_late)} ready results committed in time; {note}", exercised=True,
+                       evidence=rechecked[:6] + leftovers, seed=seed_of(run))
     if NAME in checks:
         why = ("the adapter declares no job_ttl_seconds" if ttl is None else
-               "no job expired, and no consumer was held" if not holds else
+               "no job expired, and no consumer was held" if not holds and not reported else
+               (f"{reported} jobs expired, none after a claim before its deadline: the re-check after a long "
+                "wait was not exercised") if not holds else
                "no job's TTL ran out while consumers were held" if not proven else
                "no upload came after the consumers were back")
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"expiry not proven: {why}", evidence=proven, seed=seed_of(run))

@@ -38,7 +38,13 @@ MIN_JOBS = 3  # jobs whose retries were seen before growth across jobs is judged
 # the measure; the ratio guards against a gain that is all noise).
 CLEAR_SHARE, FLAT_SHARE = 0.4, 0.15
 GROWTH_CLEAR, GROWTH_FLAT = 1.25, 1.1
-SPREAD_JITTER = 0.3  # (max - min) / max among one retry number's delays at or above this: jittered
+# Spread of one late retry number's delays across jobs, beyond what scheduling alone explains, as a share of the
+# lowest ceiling full jitter allows there (min(cap, base·2^(k-1))). Scheduling noise (a retry poller's tick, queue
+# wait, load) is the same at every retry number, so it is measured where full jitter has almost no room (the early
+# retry numbers' own spread, their mean) and taken at least as the declared ``retry_poll_seconds``: a poller only
+# ever adds up to one period to the delay the implementation chose, so exact delays picked up by a poller spread by
+# at most that much, whatever the retry number. Full jitter spreads a late retry number's delays over its ceiling.
+SPREAD_JITTER = 0.3  # at or above this at some late retry number: jittered
 SPREAD_FLAT = 0.1  # below this at every late retry number: one delay for every job (no jitter)
 
 
@@ -115,8 +121,10 @@ def retry_delays(trans: list[dict]) -> list[tuple[int, float]]:
     return out
 
 
-def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap: float) -> tuple[str, str, dict]:
-    """Growth and spread of the delays per retry number: (status, why, facts)."""
+def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap: float,
+                  poll: float | None = None) -> tuple[str, str, dict]:
+    """Growth and spread of the delays per retry number: (status, why, facts). ``poll``: the adapter's declared
+    ``retry_poll_seconds`` (None: undeclared; the measured scheduling noise alone is discounted)."""
     judged = sorted(k for k, ds in by_retry.items() if len(ds) >= MIN_SAMPLES)
     facts = {"samples_per_retry": {str(k): len(by_retry[k]) for k in sorted(by_retry)}}
     if jobs < MIN_JOBS or len(judged) < 2:
@@ -148,26 +156,36 @@ def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap:
     r_mean = ratio(mean(late), mean(early))
     gain_mean = mean(late) - mean(early)
     facts.update({"mean_ratio": round(r_mean, 2), "mean_gain": round(gain_mean, 3)})
+
+    def width(k: int) -> float:
+        return max(by_retry[k]) - min(by_retry[k])
+
+    measured_noise = mean(width(k) for k in early_ks)
+    noise = max(measured_noise, poll or 0.0)
     spreads = {}
     for k in late_ks:
-        ds = by_retry[k]
-        spreads[str(k)] = round((max(ds) - min(ds)) / max(ds), 2) if max(ds) > 0 else 0.0
-    facts["late_spread"] = spreads
+        ceiling = min(cap, base * 2 ** min(k - 1, 60))  # the lower reading of n (k - 1 or k)
+        spreads[str(k)] = round(max(0.0, width(k) - noise) / ceiling, 2) if ceiling > 0 else 0.0
+    facts.update({"late_spread": spreads, "late_width": {str(k): round(width(k), 3) for k in late_ks},
+                  "scheduling_noise": {"measured_at_early_retries": round(measured_noise, 3),
+                                       "declared_retry_poll_seconds": poll, "discounted": round(noise, 3)}})
     if r_mean < GROWTH_FLAT or gain_mean < promised * FLAT_SHARE:
         return INVALID, (f"delays do not grow: mean {mean(early):.3f}s at retries {early_ks}, {mean(late):.3f}s at "
                          f"{late_ks} (gain {gain_mean:.3f}s, ratio {r_mean:.2f}; full jitter under the declared "
                          f"base and cap promises a gain of {promised:.3f}s): a zero or fixed delay"), facts
     grows = r_mean >= GROWTH_CLEAR and gain_mean >= promised * CLEAR_SHARE
     if max(spreads.values()) < SPREAD_FLAT:
-        return INVALID, (f"no jitter: the delays of each late retry number are alike across jobs (spread "
-                         f"{spreads}; full jitter draws each from [0, ceiling])"), facts
+        return INVALID, (f"no jitter: the delays of each late retry number are alike across jobs beyond the "
+                         f"{noise:.3f}s that scheduling alone explains (spread beyond it, as a share of the "
+                         f"ceiling: {spreads}; full jitter draws each from [0, ceiling])"), facts
     jittered = max(spreads.values()) >= SPREAD_JITTER
     if not grows:
         return UNKNOWN, (f"growth not clear: mean gain {gain_mean:.3f}s (ratio {r_mean:.2f}) between retries "
                          f"{early_ks} and {late_ks}; clear from {promised * CLEAR_SHARE:.3f}s, flat below "
                          f"{promised * FLAT_SHARE:.3f}s"), facts
     if not jittered:
-        return UNKNOWN, f"spread not clear at retries {late_ks}: {spreads} (need {SPREAD_JITTER})", facts
+        return UNKNOWN, (f"spread not clear at retries {late_ks}: {spreads} beyond {noise:.3f}s of scheduling "
+                         f"noise (need {SPREAD_JITTER} of the ceiling)"), facts
     return VALID, (f"delays grow (mean +{gain_mean:.3f}s, ×{r_mean:.2f} from retries {early_ks} to {late_ks}) and "
                    f"spread across jobs ({spreads})"), facts
 
@@ -271,7 +289,7 @@ def check(history, final, run) -> Verdict:
         backoff = (UNKNOWN, "no retry delay observed (no processing → queued → processing in the events)", {})
     else:
         backoff = judge_backoff(by_retry, retried_jobs, timing(run, "retry_base_seconds"),
-                                timing(run, "retry_cap_seconds"))
+                                timing(run, "retry_cap_seconds"), timing(run, "retry_poll_seconds"))
     b_status, b_why, b_facts = backoff
     shown: list[dict] = []  # per-job delays shown with a backoff violation
     facts.append(evidence(f"backoff: {b_why}", delays={str(k): v[:20] for k, v in sorted(by_retry.items())},

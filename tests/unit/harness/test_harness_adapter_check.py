@@ -227,6 +227,8 @@ def test_the_timing_table_matches_the_checkers_sources():
                 # retry_exhaustion's scenario sets max_attempts itself (skipped when it cannot); the lease only
                 # bounds how long a whole budget may take
                 ("retry_exhaustion", "max_attempts"), ("retry_exhaustion", "lease_seconds"),
+                # absent: no poller (the spread measured at the early retry numbers is discounted all the same)
+                ("retry_exhaustion", "retry_poll_seconds"),
                 # without a sweep interval lease_renewal does not judge how soon a job is recovered (no unknown)
                 ("lease_renewal", "sweep_interval_seconds")}
     timings = tuple(validator("adapter.schema.json").schema["properties"]["timings"]["properties"])

@@ -173,3 +173,84 @@ def test_expiry_accepts_fresh_work_that_expired_after_its_ttl_behind_a_backlog()
     b.events.sort(key=lambda e: e["t"])
     messages = [e["message"] for e in expiry.check(b.history(), b.final, b.run).evidence]
     assert not any("after the consumers were back" in m for m in messages), messages
+
+
+# --- a ready result or an effect past the deadline, in any scenario (issue 20, item 5) -----------------------
+
+SLOW = {"name": "expiry-during-slow-fetch", "checks": ["expiry"]}
+EARLY, LATE, CLAIMED_LATE = (f"4444444{n}-4444-4444-8444-444444444444" for n in range(3))
+
+
+def slow_fetch_run(late_commit_at=6.5, late_objects_at=None, early_end="failed", with_messages=True,
+                   scenario=SLOW):
+    """No consumer held; a 3 s TTL. EARLY (202 at 0.05 s) is claimed at 0.3 s, seen claimed at 0.5 s, and (a slow
+    fetch) ends as ``early_end`` at 3.5 s; LATE (202 at 0.35 s) is claimed at 0.6 s and committed ``ready`` at
+    ``late_commit_at`` (its variants dated ``late_objects_at``); CLAIMED_LATE is claimed only after its deadline
+    and expires at the claim."""
+    b = Builder(scenario=scenario)
+    b.run["adapter"]["timings"]["job_ttl_seconds"] = 3
+    b.run["adapter"].update(expiry={"error_code": "expired"}, consumers=["worker"])
+    for n, (att, job, at) in enumerate([(EARLY, "j-early", 0.0), (LATE, "j-late", 0.3), (CLAIMED_LATE, "j-cl", 0.6)]):
+        b.upload(at, att, job_id=job, op=f"u{n}")
+        if with_messages:
+            b.add(at + 0.1, "message", body={"job_id": job, "attachment_id": att, "attempt": 1,
+                                             "created_at": iso(T0 + at + 0.06), "expires_at": iso(T0 + at + 3.06)})
+    b.transitions(EARLY, [(0.06, None, "queued", 1, "api"), (0.3, "queued", "processing", 1, "worker"),
+                          (3.5, "processing", early_end, 1, "worker")],
+                  error_code="expired" if early_end == "failed" else None)
+    b.transitions(LATE, [(0.36, None, "queued", 1, "api"), (0.6, "queued", "processing", 1, "worker"),
+                         (late_commit_at, "processing", "ready", 1, "worker")])
+    if late_objects_at is not None:
+        for obj in b.final["attachments"][LATE]["objects"].values():
+            if obj["last_modified"] != iso(T0 + 0.36):
+                obj["last_modified"] = iso(T0 + late_objects_at)
+    b.transitions(CLAIMED_LATE, [(0.66, None, "queued", 1, "api"), (4.0, "queued", "processing", 1, "worker"),
+                                 (4.05, "processing", "failed", 1, "worker")], error_code="expired")
+    b.events.sort(key=lambda e: e["t"])
+    return b
+
+
+def test_expiry_catches_ready_committed_after_the_deadline_outside_a_hold():
+    """Expiry checked at the claim only: LATE's slow fetch ends past its deadline, and it is committed ready with
+    variants dated past it. Before issue 20 this graded valid (something else had expired)."""
+    b = slow_fetch_run(late_commit_at=6.5, late_objects_at=6.2)
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID, verdict.summary
+    item = verdict.evidence[0]
+    assert item["attachment_id"] == LATE and "objects written after the job's deadline" in item["message"]
+    assert item["deadline_no_later_than"] == T0 + 0.35 + 3
+
+
+def test_expiry_catches_a_commit_past_the_deadline_its_own_record_shows():
+    """Objects written in time, the commit 3 s past the expires_at its message carried, seen late by the
+    harness: invalid; without messages the creation event + TTL is the deadline."""
+    for with_messages in (True, False):
+        b = slow_fetch_run(late_commit_at=6.5, late_objects_at=2.0, with_messages=with_messages)
+        verdict = expiry.check(b.history(), b.final, b.run)
+        assert verdict.status == INVALID, verdict.summary
+        assert verdict.evidence[0]["attachment_id"] == LATE and "committed ready" in verdict.evidence[0]["message"]
+
+
+def test_expiry_past_the_deadline_is_judged_in_every_scenario():
+    b = slow_fetch_run(late_commit_at=6.5, late_objects_at=6.2, scenario={"name": "network-flaps", "checks": []})
+    assert expiry.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_expiry_trusts_the_harness_clock_over_a_late_stamp():
+    """Seen ready before the latest possible deadline: never late, whatever a (skewed) role stamped."""
+    b = slow_fetch_run(late_commit_at=2.5, late_objects_at=2.0)
+    b.final["attachments"][LATE]["events"][-1]["at"] = iso(T0 + 9.0)  # a role's clock far ahead
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID, verdict.summary
+
+
+def test_expiry_during_a_slow_fetch_is_proven_only_by_a_job_claimed_in_time_that_expired():
+    b = slow_fetch_run(late_commit_at=2.5, late_objects_at=2.0)
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert verdict.evidence[0]["attachment_id"] == EARLY and verdict.evidence[0]["seen_by"] == "harness clock"
+    # Only a job already past its deadline at its claim expired: the re-check after a wait was never exercised.
+    b = slow_fetch_run(late_commit_at=2.5, late_objects_at=2.0, early_end="ready")
+    b.final["attachments"][EARLY]["objects"] = {}
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "re-check" in verdict.summary, verdict.summary

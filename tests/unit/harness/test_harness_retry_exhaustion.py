@@ -169,3 +169,30 @@ def test_ready_after_the_armed_role_crashed_is_unknown_not_invalid():
     b, _ = scenario(final_state="ready", error_code=None)
     b.add(0.6, "role", action="exit", role="worker", pid=1, returncode=0, expected=True)  # the arming restart
     assert check(b).status == INVALID
+
+
+def exact_polled(rng, k, poll=1.0):
+    """Exact exponential backoff (no jitter) picked up by a poller ticking every ``poll`` seconds: each requeue
+    falls at a random phase of the tick, so each delay gets up to one period of noise on top of the one it chose."""
+    return min(CAP, BASE * 2 ** (k - 1)) + rng.uniform(0, poll) + rng.uniform(0, 0.05)
+
+
+def test_exact_backoff_on_a_one_second_poller_is_invalid_whether_or_not_the_poll_is_declared():
+    """Issue 20, item 3: the poller's noise is not jitter. Before, this graded valid on most seeds (151 of 200)."""
+    declared = [check(scenario(seed=seed, delay=exact_polled, timings={"retry_poll_seconds": 1.0})[0])
+                for seed in range(60)]
+    assert {v.status for v in declared} == {INVALID}, [v.summary for v in declared if v.status != INVALID][:2]
+    assert "scheduling alone explains" in declared[0].summary
+    noise = next(e["scheduling_noise"] for e in declared[0].evidence if "scheduling_noise" in e)
+    assert noise["declared_retry_poll_seconds"] == 1.0 and noise["discounted"] >= 1.0
+    # Undeclared, the spread measured at the early retry numbers (where full jitter has little room) stands for it.
+    undeclared = [check(scenario(seed=seed, delay=exact_polled)[0]).status for seed in range(60)]
+    assert VALID not in undeclared and undeclared.count(INVALID) >= 40, undeclared
+
+
+def test_full_jitter_on_a_declared_poller_is_still_valid():
+    def polled_jitter(rng, k):
+        return full_jitter(rng, k, 0.1) + rng.uniform(0, 0.5)
+    statuses = [check(scenario(seed=seed, delay=polled_jitter, timings={"retry_poll_seconds": 0.5})[0]).status
+                for seed in range(100)]
+    assert INVALID not in statuses and statuses.count(UNKNOWN) <= 6, statuses.count(UNKNOWN)  # 5 of 100
