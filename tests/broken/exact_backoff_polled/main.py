@@ -1,7 +1,7 @@
 """Broken on purpose: exact exponential backoff (no jitter), picked up by a one-second poller.
 
 The reference waits ``uniform(0, min(cap, base * 2**n))`` before the next attempt of a job that met a transient
-error (full jitter, DESIGN §7), and its relay wakes when the earliest outbox row is due. This variant waits exactly
+error (full jitter, CONTRACT §8), and its relay wakes when the earliest outbox row is due. This variant waits exactly
 ``min(cap, base * 2**n)`` — the same delay for every job at one retry number — and its relay polls the outbox on a
 fixed one-second tick (aligned to the wall clock), so a retry is published on the first tick after it is due. Its
 work takes a varied time (0-1 s before the effects, as images of different sizes do; derived from the job id and
