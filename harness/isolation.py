@@ -596,6 +596,24 @@ class Sandbox:
         return summary
 
 
+def run_contained(argv: list[str], env: dict[str, str], label: str, timeout: float, **popen) -> tuple[int, dict]:
+    """Run one command of a submission to its end in a sandbox of its own (the adapter's setup command, which runs
+    before the roles' supervisor exists): ``subprocess.run`` with the same isolation as a role, and whatever it left
+    running killed at the end. Returns (exit code, the sandbox's record)."""
+    sandbox = Sandbox(label)
+    try:
+        env = sandbox.environment(env)
+        try:
+            done = subprocess.run(sandbox.command(argv, env), env=env, timeout=timeout, start_new_session=True,
+                                  **popen)
+            returncode = done.returncode
+        except subprocess.TimeoutExpired:
+            returncode = -signal.SIGKILL
+    finally:
+        summary = sandbox.close()
+    return returncode, {**sandbox.describe(), "end": summary}
+
+
 def scrubbed_env(env: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
     """``env`` without what it inherited from the harness's own environment ``base`` (default ``os.environ``):
     a variable stays when the runner set or changed it (the contract's variables, the adapter's [env]) or when it

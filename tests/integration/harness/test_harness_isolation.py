@@ -192,3 +192,16 @@ def test_every_cheat_is_contained(stack, tmp_path, monkeypatch):
     History.load(run_dir / "history.jsonl")  # still the harness's own, every line parses
     # Contained, the cheats touched nothing the grade reads: the verdict is the reference's own (printed).
     print(f"verdict with every cheat contained: {results['verdict']}")
+
+
+def test_a_setup_command_runs_contained_and_leaves_nothing(tmp_path):
+    """The adapter's setup command (run before the roles' supervisor exists) gets the same sandbox: its user, and
+    a daemon it started is killed when it returns."""
+    script = ("import os\nprint(os.getuid(), flush=True)\nif os.fork() == 0:\n    os.setsid()\n"
+              "    print(os.getpid(), flush=True)\n    os.execv('/bin/sleep', ['sleep', '300'])\n")
+    with open(tmp_path / "setup.log", "wb") as log:
+        returncode, record = isolation.run_contained([sys.executable, "-c", script], dict(os.environ), "setup",
+                                                     timeout=60, stdout=log, stderr=subprocess.STDOUT)
+    uid, daemon = (int(x) for x in (tmp_path / "setup.log").read_text().split()[:2])
+    assert returncode == 0 and uid == record["uid"] >= isolation.UID_BASE
+    assert daemon in record["end"]["killed_at_end"] and not _alive(daemon)
