@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     max_frames: int = Field(100, ge=1)
     # Uploads in progress in one API process; the next one gets 503 + Retry-After before its body is read.
     max_concurrent_uploads: int = Field(32, ge=1, le=10_000)
+    # Receiving one upload's body: at most this long in all, and never this long without a byte (408 on expiry,
+    # the slot freed): a slow or stalled sender cannot hold an upload slot for ever. 25 MiB in 120 s is ~1.7 Mbit/s.
+    upload_receive_timeout_seconds: float = Field(120.0, gt=0)
+    upload_idle_timeout_seconds: float = Field(15.0, gt=0)
     # The API's own decoding (integrity check of a file without its format's trailer) runs in this many
     # sandbox processes, each decode killed past the limit (422 decode_timeout); waiting for a free one is
     # bounded by the same limit (503 + Retry-After).

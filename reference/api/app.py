@@ -120,7 +120,9 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
             raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key must be 1-200 visible ASCII characters")
         phases: dict[str, float] = {}
         try:
-            upload = await receive_file(request, settings.max_upload_bytes)
+            upload = await receive_file(request, settings.max_upload_bytes,
+                                        total_seconds=settings.upload_receive_timeout_seconds,
+                                        idle_seconds=settings.upload_idle_timeout_seconds)
             phases["receive"] = time.perf_counter() - started
         except Exception as exc:
             metrics.UPLOADS.labels(getattr(exc, "code", "error")).inc()

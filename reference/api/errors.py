@@ -38,7 +38,8 @@ def install(app: FastAPI, retry_after_seconds: int) -> None:
 
     @app.exception_handler(UploadRejected)
     async def _rejected(_: Request, exc: UploadRejected):
-        return error_response(exc.status, exc.code, exc.message)
+        # 408: the rest of the body is never read, so the connection cannot carry another request.
+        return error_response(exc.status, exc.code, exc.message, {"Connection": "close"} if exc.status == 408 else None)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError):

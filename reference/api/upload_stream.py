@@ -10,6 +10,7 @@ counted against the cap and dropped.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import tempfile
 from dataclasses import dataclass, field
@@ -134,7 +135,29 @@ class _Parts:
         self.in_file = False
 
 
-async def receive_file(request: Request, max_bytes: int) -> ReceivedFile:
+async def _chunks(request: Request, total_seconds: float | None, idle_seconds: float | None):
+    """The body's chunks, each awaited within the idle limit and the whole within the total one (issue 23 defect
+    10: a sender that stalls or trickles must not hold an upload slot for ever): 408 on expiry."""
+    stream = request.stream().__aiter__()
+    loop = asyncio.get_running_loop()
+    deadline = None if total_seconds is None else loop.time() + total_seconds
+    while True:
+        limits = [s for s in (idle_seconds, None if deadline is None else deadline - loop.time()) if s is not None]
+        wait = min(limits) if limits else None
+        try:
+            if wait is not None and wait <= 0:
+                raise asyncio.TimeoutError
+            chunk = await asyncio.wait_for(stream.__anext__(), wait)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            raise UploadRejected(408, "request_timeout",
+                                 "the request body did not arrive in time (too slow, or stalled)") from None
+        yield chunk
+
+
+async def receive_file(request: Request, max_bytes: int, *, total_seconds: float | None = None,
+                       idle_seconds: float | None = None) -> ReceivedFile:
     content_type, options = parse_options_header(request.headers.get("content-type", ""))
     if content_type != b"multipart/form-data" or b"boundary" not in options:
         raise UploadRejected(400, "invalid_multipart", "expected multipart/form-data with a 'file' field")
@@ -153,7 +176,7 @@ async def receive_file(request: Request, max_bytes: int) -> ReceivedFile:
     received = 0
     try:
         try:
-            async for chunk in request.stream():
+            async for chunk in _chunks(request, total_seconds, idle_seconds):
                 received += len(chunk)
                 if received > body_cap:
                     raise UploadRejected(413, "too_large", f"the file exceeds {max_bytes} bytes")

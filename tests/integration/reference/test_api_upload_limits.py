@@ -193,3 +193,47 @@ def test_slow_to_decode_jpegs_do_not_pin_the_api(pipeline, monkeypatch):
     # The killed checks left the sandbox usable: a truncated-looking but sound JPEG still takes the slow path.
     sound = upload(url, sample_jpeg(8) + b"junk", "sound-slow-path", timeout=30)
     assert sound.status_code == 202, sound.text
+
+
+def _stalled_upload(api_url: str, results: list, index: int) -> None:
+    """A sender that announces a 1 MiB body, sends its first bytes, then sends nothing more (a slow client, a
+    slowloris): what it gets back, if anything, before its socket gives up, is appended to ``results``."""
+    import socket
+    from urllib.parse import urlsplit
+
+    host, port = urlsplit(api_url).hostname, urlsplit(api_url).port
+    boundary = "stall"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.jpg\"\r\n"
+            f"Content-Type: image/jpeg\r\n\r\n").encode() + sample_jpeg(index)[:2048]
+    request = (f"POST /v1/attachments HTTP/1.1\r\nHost: {host}:{port}\r\n"
+               f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
+               f"Content-Length: {1024 * 1024}\r\n\r\n").encode() + head
+    started = time.monotonic()
+    with socket.create_connection((host, port), timeout=60) as sock:
+        sock.sendall(request)
+        try:
+            answer = sock.recv(4096)
+        except (socket.timeout, OSError) as exc:
+            answer = f"no answer: {type(exc).__name__}".encode()
+    results.append((index, round(time.monotonic() - started, 1), answer.split(b"\r\n", 1)[0].decode(errors="replace")))
+
+
+def test_stalled_senders_get_408_and_free_their_upload_slot(pipeline):
+    """Issue 23 defect 10: receiving a body has a deadline (UPLOAD_RECEIVE_TIMEOUT_SECONDS, and no byte for
+    UPLOAD_IDLE_TIMEOUT_SECONDS): senders that stall are answered 408 and their upload slots are free again, so
+    MAX_CONCURRENT_UPLOADS stalled clients no longer hold every slot."""
+    pipeline.start("api", MAX_CONCURRENT_UPLOADS="2", UPLOAD_RECEIVE_TIMEOUT_SECONDS="6",
+                   UPLOAD_IDLE_TIMEOUT_SECONDS="3")
+    results: list = []
+    senders = [threading.Thread(target=_stalled_upload, args=(pipeline.api_url, results, n)) for n in range(2)]
+    for sender in senders:
+        sender.start()
+    time.sleep(1.0)
+    assert pipeline.upload(sample_jpeg(40)).status_code == 503  # both slots held by the stalled senders
+    for sender in senders:
+        sender.join(70)
+    print("stalled senders:", results)
+    assert sorted(status for _, _, status in results) == ["HTTP/1.1 408 Request Timeout"] * 2, results
+    assert all(seconds <= 15 for _, seconds, _ in results), results
+    accepted = pipeline.upload(sample_jpeg(41))
+    assert accepted.status_code == 202, accepted.text

@@ -178,3 +178,35 @@ def test_a_database_that_refuses_writes_for_now_answers_503_with_retry_after(err
             assert replay.status_code == 503 and replay.headers.get("retry-after") == "3", replay.text
         finally:
             app.state.pool = None
+
+
+def test_a_trickling_sender_is_cut_off_at_the_total_receive_deadline():
+    """Issue 23 defect 10: a sender that keeps sending a few bytes (never idle long enough for the idle limit)
+    still meets the total deadline: 408 request_timeout, well before its body could end."""
+    import asyncio
+    import time
+
+    from starlette.requests import Request
+
+    from reference.api.upload_stream import receive_file
+    from reference.inspection import UploadRejected
+
+    async def scenario():
+        sent = []
+
+        async def receive():
+            await asyncio.sleep(0.05)
+            body = b"x" * 16 if sent else (b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.jpg"'
+                                           b"\r\nContent-Type: image/jpeg\r\n\r\n\xff\xd8\xff\xe0" + b"\0" * 32)
+            sent.append(body)
+            return {"type": "http.request", "body": body, "more_body": True}  # a JPEG's bytes, forever
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/attachments", "headers": [
+            (b"content-type", b"multipart/form-data; boundary=b")]}
+        started = time.monotonic()
+        with pytest.raises(UploadRejected) as refused:
+            await receive_file(Request(scope, receive), 10_000_000, total_seconds=0.6, idle_seconds=5.0)
+        return refused.value, time.monotonic() - started
+
+    refused, took = asyncio.run(scenario())
+    assert (refused.status, refused.code) == (408, "request_timeout") and took < 3.0, (refused.status, took)
