@@ -35,7 +35,16 @@ from functools import lru_cache
 from jsonschema import Draft202012Validator
 
 from ..paths import data_dir
-from .base import INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, seed_of, transitions_of
+from .base import (
+    INVALID,
+    UNKNOWN,
+    VALID,
+    Verdict,
+    accepted_attachments,
+    evidence,
+    seed_of,
+    transitions_of,
+)
 
 NAME = "message_hygiene"
 REQUIREMENTS = ["BE-JOB-002", "BE-JOB-005"]
@@ -45,9 +54,9 @@ PATH_MARKERS = ("../", "/tmp/", "/var/", "/home/", "file:")
 URL = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*)://([^\s/?#\"'<>]*)([^\s\"'<>]*)")
 STORAGE_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs", "az", "abfs", "abfss", "wasb", "wasbs", "minio",
                              "file", "swift", "oss", "cos", "hdfs"})
-FILE_EXTENSION = re.compile(r"\.(png|jpe?g|gif|webp|bmp|tiff?|heic|avif|bin|dat|raw|img)$", re.I)
-PRESIGNED = re.compile(r"x-amz-(signature|credential)|[?&](signature|awsaccesskeyid|x-goog-signature)=", re.I)
-AUTH_VALUE = re.compile(r"^\s*(bearer|basic)\s+\S{6,}", re.I)
+FILE_EXTENSION = re.compile(r"\.(png|jpe?g|gif|webp|bmp|tiff?|heic|avif|bin|dat|raw|img)$", re.IGNORECASE)
+PRESIGNED = re.compile(r"x-amz-(signature|credential)|[?&](signature|awsaccesskeyid|x-goog-signature)=", re.IGNORECASE)
+AUTH_VALUE = re.compile(r"^\s*(bearer|basic)\s+\S{6,}", re.IGNORECASE)
 TOKEN_SPLIT = re.compile(r"[\s:@/=,;&?\"'<>()\[\]{}]+")
 KEY_CHAR = re.compile(r"[A-Za-z0-9._/-]")
 MIN_NEEDLE = 6  # a shorter key or bucket name would match ordinary words

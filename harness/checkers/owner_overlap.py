@@ -10,8 +10,12 @@ Invalid: any transition out of ``processing`` by the stale attempt (a lower atte
 began — in particular one committed while the new owner was still working — and any ``ready`` committed by the old
 owner after the newer claim began whatever attempt it carries (its actor is the old claim's, not the new one's:
 ``lease_ownership.stale_commits``). A claim that ended ``ready`` after the old owner woke, with actors that do not
-tell the two owners apart, is ``unknown`` where the scenario relies on this check: the commit cannot be attributed. ``ready`` once per job is
-``duplicate_effects``'s.
+tell the two owners apart, is judged by the claims' order instead: actors are free wording and may name a role, not
+an instance (CONTRACT §5), so a commit stamped with the newest claim's attempt, higher than the paused owner's, is the
+newest claim's (a stale commit stamped with its own, lower attempt is a finding above; one stamped with the row's
+current attempt is fenced by effects: ``duplicate_effects``). Only when neither actors nor attempts tell the claims
+apart (a recovery that spends no attempt, with role-level actors) is it ``unknown`` where the scenario relies on this
+check: the commit cannot be attributed. ``ready`` once per job is ``duplicate_effects``'s.
 """
 
 from __future__ import annotations
@@ -72,10 +76,17 @@ def check(history, final, run) -> Verdict:
                         f"claimed (stamped attempt {t['attempt']})"
                         + (" while the new owner was still working" if during else ""),
                         seq=t["seq"], at=t["at_text"], **base))
+            by_actor = bool(ended and ended.get("actor") and ended["actor"] == new_claim.get("actor")
+                            and new_claim.get("actor") != flight.get("actor"))
+            # Actors that do not tell owners apart (a role's name): the claims' own order does, when the new claim took
+            # a higher attempt and the commit carries it.
+            by_order = bool(ended and not by_actor and ended.get("actor") == new_claim.get("actor")
+                            and all(isinstance(x, int) for x in (ended["attempt"], new_claim["attempt"],
+                                                                 flight["attempt"]))
+                            and ended["attempt"] >= new_claim["attempt"] > flight["attempt"])
             if ended is not None and ended["to"] == "ready" and ended["at"] > cont["wall"] and not (
-                    ended.get("actor") and ended["actor"] == new_claim.get("actor")
-                    and new_claim.get("actor") != flight.get("actor")):
-                # Both owners were awake when the claim ended: whose commit it was shows only in its actor.
+                    by_actor or by_order):
+                # Both owners were awake when the claim ended: neither the actor nor the attempts say whose it was.
                 unattributed.append(evidence(
                     "the new claim ended ready after the old owner woke, and the events' actor does not tell "
                     "whose commit it was", actors={"stale_claim": flight.get("actor"),
@@ -85,7 +96,11 @@ def check(history, final, run) -> Verdict:
                 overlaps.append(evidence(
                     f"old owner woke {cont['wall'] - new_claim['at']:.1f}s into the new owner's claim, "
                     + (f"{ended['at'] - cont['wall']:.1f}s before it ended {ended['to']}" if ended else
-                       "which never ended"), **base))
+                       "which never ended")
+                    + (f" (the commit attributed to the newest claim by attempt order: attempt {ended['attempt']} of "
+                       f"the claim at {new_claim['at_text']}, the paused owner's was {flight['attempt']}; the actors "
+                       f"({new_claim.get('actor')!r}) name no instance)" if ended and by_order and not by_actor else ""),
+                    **base))
             else:
                 apart += 1
     if problems:

@@ -82,8 +82,15 @@ def test_owner_overlap_sees_a_stale_commit_stamped_with_the_current_attempt():
     assert "stale owner" in verdict.evidence[0]["message"]
 
 
-def test_owner_overlap_cannot_attribute_writes_when_one_actor_names_every_owner():
-    same = stale_commit("worker", claim_actors=("worker", "worker"))
+def test_owner_overlap_cannot_attribute_writes_when_neither_actors_nor_attempts_tell_the_claims_apart():
+    """One actor names every owner and the recovery spent no attempt (both claims are attempt 1)."""
+    same = Builder(lease=4)
+    same.upload(0)
+    same.add(1.2, "fault", action="sigstop", phase="start", role="worker")
+    same.add(11, "fault", action="sigcont", phase="end", role="worker")
+    same.transitions(ATT, [(0.1, None, "queued", 1, "api"), (1, "queued", "processing", 1, "worker"),
+                           (6, "processing", "queued", 1, "sweeper"), (7, "queued", "processing", 1, "worker"),
+                           (11.3, "processing", "ready", 1, "worker")])
     same.run["scenario"] = {"name": "worker-paused-past-lease", "checks": ["owner_overlap"]}
     verdict = owner_overlap.check(same.history(), same.final, same.run)
     assert verdict.status == UNKNOWN and "actor" in verdict.summary, verdict.summary
@@ -148,3 +155,13 @@ def test_duplicate_effects_sees_a_result_replaced_after_ready():
     variant["key"] += "-2"  # a later commit named another object for the same variant
     verdict = duplicate_effects.check(b.history(), b.final, b.run)
     assert verdict.status == INVALID and any("replaced after ready" in e["message"] for e in verdict.evidence)
+
+
+def test_owner_overlap_judges_role_level_actors_by_the_claims_attempt_order():
+    """Actors that name a role, not an instance (the contract leaves their wording free): the commit that carries the
+    newest claim's attempt, higher than the paused owner's, is the newest claim's — judged, not unknown (issue 20)."""
+    role_level = stale_commit("worker", claim_actors=("worker", "worker"))
+    role_level.run["scenario"] = {"name": "worker-paused-past-lease", "checks": ["owner_overlap"]}
+    verdict = owner_overlap.check(role_level.history(), role_level.final, role_level.run)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert any("attempt order" in e["message"] for e in verdict.evidence), verdict.evidence
