@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from harness import adapter, scenarios
+from harness import adapter, isolation, scenarios
 from harness.runner import ScenarioRun, check_run_dir
 from harness.schemas import REPO_ROOT
 
@@ -32,7 +32,11 @@ def test_a_submission_that_heals_the_harness_faults_is_graded_tampered(stack, tm
     sut = adapter.load(REPO_ROOT / "tests" / "cheats" / cheat)
     scenario = scenarios.find(scenario_name)
     run_dir = tmp_path / cheat
-    results = ScenarioRun(scenario, sut, stack, SEED, scenario.level, run_dir=run_dir, progress=print).execute()
+    isolation.set_mode(False)  # whatever HARNESS_ISOLATION says: this cheat must reach the API to be caught
+    try:
+        results = ScenarioRun(scenario, sut, stack, SEED, scenario.level, run_dir=run_dir, progress=print).execute()
+    finally:
+        isolation.set_mode(None)
     statuses = {v["invariant"]: v for v in results["verdicts"]}
     tamper = statuses["tamper_evidence"]
     assert results["verdict"] == "tampered", {k: v["summary"] for k, v in statuses.items()}
