@@ -9,10 +9,7 @@ checkers → reports. Every phase's duration is kept in run.json["timings"].
 from __future__ import annotations
 
 import json
-import os
-import random
 import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -22,107 +19,25 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
-
 from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, heal_all
 from chaos import kinds as fault_kinds
 from chaos.context import BrokerHandle, FaultContext
 
-from . import checkers, clock, http_clients, metrics, tenants_ahead, timing, workload
+from . import clock, drain, http_clients, metrics, tenants_ahead, timing, workload
 from .final_state import read_final, staging_retention_wait
-from .history import History, HistoryWriter
+from .history import HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
-from .broker import Management, Tap, amqp_queue_depth, decode_payload
+from .broker import Management, Tap, amqp_queue_depth
 from .observe import ApiObserver, ObjectWatcher
 from .paths import reports_dir
-from .stack.ports import listener_port
+from .run_check import check_run_dir
+from .run_setup import (free_port, new_run_id, prepare_ahead, run_environment, run_setup_command,  # noqa: F401
+                        wait_http_healthy, with_port)
 from .supervisor import Supervisor
 from .checkers.message_hygiene import storage_record
 
 REPORTS_DIR = reports_dir()  # reports/runs under the checkout, else under the current directory
 TERMINAL = ("ready", "failed")
-
-
-def free_port() -> int:
-    """A port for a role's listener: below the ephemeral range, so no proxy or connection takes it first."""
-    return listener_port()
-
-
-def wait_http_healthy(adapter, base_url: str, timeout: float | None = None) -> None:
-    """Poll the HTTP role's health path (adapter [http]) until it answers 200, or raise TimeoutError."""
-    timeout = timeout or float(adapter.http.get("startup_timeout_seconds", 30))
-    path = adapter.http.get("health_path", "/healthz")
-    deadline = time.monotonic() + timeout
-    with http_clients.client(timeout=1) as client:
-        while time.monotonic() < deadline:
-            try:
-                if client.get(base_url + path).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-    raise TimeoutError(f"{base_url}{path} not healthy after {timeout}s")
-
-
-def run_environment(adapter, scenario, level: int, tenant, port: int, role_tmp: str) -> tuple[dict, dict]:
-    """The timings in effect and the environment every role and the setup command start with (a role adds its own):
-    the adapter's [env], a scenario's [timings] through the adapter's [timings_env], the tenant's proxied services."""
-    timings_in_effect, timing_env = adapter.timing_overrides(scenario.raw.get("timings") or {})
-    common = {**os.environ, **adapter.env, **timing_env, "HTTP_PORT": str(port), "LEVEL": str(level),
-              "OPERATOR_TOKEN": adapter.operator_token, "FAILPOINTS": "", "TMPDIR": role_tmp}
-    common.pop("VIRTUAL_ENV", None)
-    return timings_in_effect, {**common, **tenant.env(proxied=True)}
-
-
-def run_setup_command(adapter, env: dict, log_path: Path) -> tuple[int, float]:
-    """Run the adapter's [setup] command once for a fresh tenant, its output in ``log_path``: (exit code, seconds)."""
-    setup = adapter.setup
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    with open(log_path, "wb") as log:
-        done = subprocess.run(adapter.resolve_command(setup["command"]),
-                              env={**env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
-                              stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
-                              start_new_session=True)
-    return done.returncode, time.monotonic() - began
-
-
-def prepare_ahead(adapter, scenario, level: int, tenant):
-    """For a grade's tenants made ahead: this run's port, role folder and environment chosen now, and the adapter's
-    setup command run in the fresh tenant with them, as the run would at its start. None when the adapter has no
-    setup command (nothing to gain). A setup that fails here raises: the grade drops the tenant and the run makes
-    its own, meeting the same failure in its own history."""
-    if not adapter.setup:
-        return None
-    port = int(adapter.http["port"]) or free_port()
-    role_tmp = tempfile.mkdtemp(prefix="harness-roles-")
-    log_fd, log_path = tempfile.mkstemp(prefix="harness-setup-", suffix=".log")
-    os.close(log_fd)
-    prepared = tenants_ahead.Prepared(port, role_tmp, log_path)
-    try:
-        _, env = run_environment(adapter, scenario, level, tenant, port, role_tmp)
-        returncode, prepared.seconds = run_setup_command(adapter, env, Path(log_path))
-        if returncode != 0:
-            raise RuntimeError(f"setup command exited {returncode}")
-    except BaseException:
-        prepared.discard()
-        raise
-    return prepared
-
-
-def with_port(url: str, port: int) -> str:
-    """``url`` with its port replaced (a role's own proxy in front of the same service)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit(":", 1)[0] if parts.port is not None else parts.netloc
-    return urlunsplit(parts._replace(netloc=f"{netloc}:{port}"))
-
-
-def new_run_id(name: str, seed: int) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    return f"{stamp}-{name}-s{seed}-{os.getpid() % 10000:04d}{random.randrange(100):02d}"
 
 
 class ScenarioRun:
@@ -535,99 +450,10 @@ class ScenarioRun:
         return max(float(self.scenario.raw.get("drain_seconds", 25)), recovery)
 
     def _drain(self) -> None:
-        """Wait until every accepted upload is terminal. The budget counts from the last progress (a job ending), so
-        a backlog that drains slowly on a loaded machine is not mistaken for lost work; a run with no progress for a
-        whole budget ends, and so does one past four budgets in all."""
-        budget = self.drain_budget()
-        began = last_progress = time.monotonic()
-        last_report, done_before = 0.0, -1
-        while (time.monotonic() - last_progress < budget and time.monotonic() - began < 4 * budget
-               and not self.stopping.is_set()):
-            states = [self.observer.states.get(a) for a in self.observer.ids]
-            pending = [s for s in states if s not in TERMINAL]
-            if not pending:
-                break
-            if len(states) - len(pending) > done_before:
-                done_before, last_progress = len(states) - len(pending), time.monotonic()
-            if time.monotonic() - last_report > 3:
-                last_report = time.monotonic()
-                self.log(f"draining: {len(pending)} of {len(states)} not terminal")
-            time.sleep(0.2)
-        timing.add(self, "drain_wait", time.monotonic() - began)
-        deadline = time.monotonic() + budget
-        # The work queue must empty too: counted exactly over AMQP, not from the lagging management statistics.
-        queue_deadline = min(deadline, time.monotonic() + 10)
-        while time.monotonic() < queue_deadline:
-            depth = amqp_queue_depth(self.tenant.direct.amqp_url, self.adapter.broker["work_queue"]) or {}
-            if not depth.get("ready"):
-                break
-            time.sleep(0.3)
-        timing.add(self, "queue_wait", time.monotonic() - deadline + budget)
-        self.faults.stop_sampler()  # the backlog is gone: nothing left to bound
-        settle = float(self.scenario.raw.get("settle_seconds", 0.5))
-        with timing.split(self, "settle"):  # lets what a fault set off after the last terminal state show
-            time.sleep(settle)
-        self.observer.tick()
-        self.tap.drain_once()
-        states = [self.observer.states.get(a) for a in self.observer.ids]
-        self.log(f"drained: {sum(s == 'ready' for s in states)} ready, {sum(s == 'failed' for s in states)} failed, "
-                 f"{sum(s not in TERMINAL for s in states)} other")
+        drain.wait_drained(self)
 
     def _count_left_after_consumers_stop(self) -> None:
-        """After the drain and the final read, nothing may be left in the work queue, ready or unacked
-        (delivery_accounting). Every consumer instance is stopped — which returns any unacked delivery to ready —
-        and the queue is counted exactly (passive declare). When something is left, a late harmless duplicate may
-        have been in flight at the stop: the consumers get one bounded settle (``queue_settle_seconds``, running,
-        until the queue is empty and a moment more to settle what they took), then are stopped and counted again;
-        the second count is the one judged. What is left is named by one look with requeue: the run is over, it
-        changes nothing that is judged."""
-        if self.stopping.is_set():
-            return
-        queue, url = self.adapter.broker["work_queue"], self.tenant.direct.amqp_url
-        consumers = self.faults.consumers()
-
-        def stop_and_count() -> dict | None:
-            self.faults.extra_stopped.update(consumers)  # no restart timer may bring one back now
-            if consumers:
-                with ThreadPoolExecutor(len(consumers), thread_name_prefix="stop-consumers") as pool:
-                    list(pool.map(lambda name: self.supervisor.stop(name, 3), consumers))
-            return amqp_queue_depth(url, queue)
-
-        after, settle = stop_and_count(), None
-        if after and after.get("ready") and not self.stopping.is_set():
-            bound = float(self.scenario.raw.get("queue_settle_seconds", 6.0))
-            began, emptied = time.monotonic(), None
-            self.faults.extra_stopped.difference_update(consumers)
-            for name in consumers:
-                self.supervisor.ensure_running(name, {"FAILPOINTS": ""})
-            while time.monotonic() - began < bound and not self.stopping.is_set():
-                exact = amqp_queue_depth(url, queue) or {}
-                if exact.get("ready") == 0 and exact.get("consumers"):
-                    emptied = emptied or time.monotonic()
-                    if time.monotonic() - emptied >= 1.0:
-                        break
-                else:
-                    emptied = None
-                time.sleep(0.25)
-            settle = {"first_ready": after.get("ready"), "seconds": round(time.monotonic() - began, 2),
-                      "emptied": emptied is not None}
-            after = stop_and_count()
-        left = []
-        if after and after.get("ready"):
-            try:
-                for message in self.management.get(queue, 20, requeue=True):
-                    body = decode_payload(message)[0] or {}
-                    left.append({"job_id": body.get("job_id"), "attachment_id": body.get("attachment_id"),
-                                 "attempt": body.get("attempt"), "redelivered": message.get("redelivered")})
-            except Exception as exc:
-                self.history.append("note", message="could not name the messages left in the work queue",
-                                    error=repr(exc))
-            self.log(f"{after.get('ready')} messages left in {queue} once every consumer stopped")
-        self.history.append("queue", kind="after_consumers_stopped", queue=queue, dead_letter=False,
-                            ready=None if after is None else after.get("ready"),
-                            consumers=None if after is None else after.get("consumers"),
-                            stopped=consumers, **({"settle": settle} if settle else {}),
-                            **({"messages": left} if left else {}))
+        drain.count_left_after_consumers_stop(self)
 
     def _teardown(self) -> None:
         self.stopping.set()
@@ -652,39 +478,3 @@ class ScenarioRun:
             except Exception as exc:
                 self.history.append("note", message="removing the run's proxies failed", error=repr(exc))
         timing.add(self, "teardown", time.monotonic() - teardown_began)
-
-
-def check_run_dir(run_dir: Path, write: bool = True) -> dict:
-    """Recompute the verdicts of a stored run from history.jsonl + final.json + run.json alone."""
-    run_dir = Path(run_dir)
-    history = History.load(run_dir / "history.jsonl")
-    final = json.loads((run_dir / "final.json").read_text())
-    run = json.loads((run_dir / "run.json").read_text())
-    verdicts = checkers.run_checks(history, final, run)
-    declared = (run.get("scenario") or {}).get("checks")
-    statuses = [v.status for v in verdicts if checkers.counts(v, declared)]
-    if run.get("error"):
-        statuses.append(checkers.UNKNOWN)
-    results = {
-        "report_version": 1,
-        "kind": "scenario",
-        "run_id": run["run_id"],
-        "scenario": {k: run["scenario"].get(k) for k in ("name", "description", "windows", "requirements",
-                                                          "verifies", "level", "exactness", "checks")},
-        "seed": run["seed"],
-        "level": run["level"],
-        "sut": {"name": run["adapter"]["name"], "path": run["adapter"].get("path"), "level": run["adapter"]["level"]},
-        "verdict": checkers.combine(statuses),
-        "error": run.get("error"),
-        "verdicts": [v.to_dict() for v in verdicts],
-        "window_hits": run.get("window_hits", []),
-        "timings": run.get("timings", {}),
-        "timings_detail": run.get("timings_detail", {}),
-        "history_lines": len(history),
-        "reproduce": f"harness run {run['scenario']['name']} --seed {run['seed']} --sut {run['adapter'].get('path') or run['adapter']['name']} --level {run['level']}",
-    }
-    if write:
-        from .report import write_scenario_reports
-
-        write_scenario_reports(run_dir, results)
-    return results

@@ -12,10 +12,13 @@ from __future__ import annotations
 WINDOW_RULES = {
     "after_commit_before_ack": "a job already ready at the crash delivered again afterwards (a redelivered delivery "
                                "of it traced from the work queue, or seen in a peek at the queue)",
-    "after_commit_before_publish": "a job accepted before the crash (or by the retry of an upload in flight at it) "
-                                   "whose message was first seen only after the crashed role started again, or a "
-                                   "job's message published twice",
-    "after_publish_before_confirm": "a job's message published twice (the same job and attempt), once after the crash",
+    "after_commit_before_publish": "a job accepted before the crash (or recorded before it for an upload in flight "
+                                   "at it, then accepted on the retry) whose message was first seen only after the "
+                                   "crashed role started again, or a job's message published twice",
+    "after_publish_before_confirm": "a job's message published twice (the same job and attempt), once after the "
+                                    "crash, or — the publish lost with the crashed process before the broker had "
+                                    "it — a job accepted (or recorded for an upload in flight) before the crash "
+                                    "whose message was first seen only after the crashed role started again",
     "after_s3_write_before_commit": "a job processing at the crash claimed again after it",
     "after_staging_before_record": "an upload in flight at the crash that was not accepted",
 }
@@ -49,6 +52,26 @@ def ready_seen_before(crash: dict, history) -> int:
     return restart["seq"] if restart is not None else crash["seq"]
 
 
+# A failpoint's crash is written once the harness saw the role exit; a client whose connection the crash broke may
+# have said so a moment earlier. Such an ending (no HTTP answer: an ``info`` line) that close to the crash is the crash.
+CRASH_SLACK_SECONDS = 1.0
+
+
+def in_flight_at(kill: dict, history) -> dict[str, dict]:
+    """Uploads (op id -> operation) sent before the crash and not answered before it: no answer at all, an answer
+    after it, or (a failpoint's crash) a broken connection within ``CRASH_SLACK_SECONDS`` before its line."""
+    out = {}
+    for op, o in history.operations().items():
+        invoke, done = o["invoke"], o["complete"]
+        if invoke.get("f") != "upload" or invoke["seq"] >= kill["seq"]:
+            continue
+        if done is None or done["seq"] > kill["seq"] or (
+                kill.get("action") == "crash" and done["type"] == "info"
+                and done.get("wall", 0) >= kill.get("wall", 0) - CRASH_SLACK_SECONDS):
+            out[op] = o
+    return out
+
+
 def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
     """The first piece of ``window``'s evidence after ``kill`` (a ``fault`` line: a timed kill or a failpoint hit,
     with its ``seq``, ``wall`` and ``role``), or None."""
@@ -77,8 +100,6 @@ def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
         for (job, attempt), copies in published.items():
             if len(copies) > 1 and copies[-1]["seq"] > kill["seq"]:
                 return f"job {job} (attempt {attempt}) published {len(copies)} times"
-        if window == "after_publish_before_confirm":
-            return None
         restart = next((e for e in after if e["type"] == "role" and e.get("action") == "start"
                         and e.get("role") == kill.get("role")), None)
         first = {}
@@ -86,8 +107,7 @@ def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
             first.setdefault(m["body"]["job_id"], m)
         # Uploads in flight at the crash: their record may have been committed just before it (the window), the
         # client's retry with the same key then accepted as that record once the role is back.
-        in_flight = {op for op, o in history.operations().items() if o["invoke"].get("f") == "upload"
-                     and o["invoke"]["seq"] < kill["seq"] and (o["complete"] is None or o["complete"]["seq"] > kill["seq"])}
+        in_flight = set(in_flight_at(kill, history))
         for invoke, ok in history.accepted():
             m = first.get(ok.get("job_id"))
             if m is None or m["seq"] <= (restart or kill)["seq"]:
@@ -95,8 +115,12 @@ def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
             if ok["seq"] < kill["seq"]:
                 return f"job {ok.get('job_id')} accepted before the crash, first published after the restart"
             if invoke.get("retry_of") in in_flight or invoke.get("op") in in_flight:
-                return (f"job {ok.get('job_id')} of upload {invoke.get('retry_of') or invoke.get('op')} (in flight at "
-                        "the crash) first published after the restart")
+                # Only a record committed before the crash shows the window: a retry that created it afresh after the
+                # restart would be published after it too. Its first transition, as the final read found it.
+                trans = [t for t in transitions_of(history, final, ok.get("attachment_id")) if t["at"] is not None]
+                if trans and min(t["at"] for t in trans) <= kill["wall"]:
+                    return (f"job {ok.get('job_id')} of upload {invoke.get('retry_of') or invoke.get('op')} (in flight "
+                            "at the crash, its record created before it) first published after the restart")
         return None
     if window == "after_s3_write_before_commit":
         for attachment_id in sorted((final.get("attachments") or {})):
@@ -113,10 +137,9 @@ def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
                 return f"attachment {attachment_id} processing when the crash came, given back to the queue after it"
         return None
     if window == "after_staging_before_record":
-        for op in history.operations().values():
-            invoke, done = op["invoke"], op["complete"]
-            if invoke.get("f") == "upload" and invoke["seq"] < kill["seq"] and (done is None or (
-                    done["seq"] > kill["seq"] and not (done["type"] == "ok" and done.get("status") == 202))):
-                return f"upload {invoke.get('op')} in flight at the crash, not accepted"
+        for op, o in in_flight_at(kill, history).items():
+            done = o["complete"]
+            if done is None or not (done["type"] == "ok" and done.get("status") == 202):
+                return f"upload {op} in flight at the crash, not accepted"
         return None
     return None

@@ -77,3 +77,41 @@ def test_with_another_consumer_running_only_ready_seen_before_the_crash_counts()
         e["seq"] = e["line"] = seq
     early.add(3.0, "delivery", queue="q", redelivered=True, job_id=JOB, attachment_id=ATT)
     assert verdict(early).status == VALID
+
+
+def api_crash(window, transport_error_before_line=True):
+    b = Builder()
+    b.run["schedule"] = [{"index": 0, "action": "failpoint", "window": window, "spec": "1*crash"}]
+    b.add(0.0, "fault", action="failpoint", phase="arm", role="api", window=window, spec="1*crash")
+    b.add(1.0, "invoke", op="u0001", f="upload", kind="good", retry_of=None)
+    if transport_error_before_line:  # the client saw its connection break before the harness saw the exit
+        b.add(1.45, "info", op="u0001", f="upload", error="RemoteProtocolError")
+    b.add(1.5, "role", role="api", action="exit", returncode=137, expected=False)
+    b.add(1.5, "fault", action="crash", phase="hit", role="api", window=window, returncode=137)
+    b.add(2.0, "role", role="api", action="start")
+    return b
+
+
+def test_an_upload_broken_by_the_crash_a_moment_before_its_line_was_in_flight():
+    b = api_crash("after_staging_before_record")
+    got = verdict(b)
+    assert got.status == VALID and "upload u0001 in flight at the crash" in got.evidence[0]["message"]
+    idle = Builder()
+    idle.run["schedule"] = b.run["schedule"]
+    idle.events = [e for e in b.events if e["type"] not in ("invoke", "info")]
+    assert verdict(idle).status == UNKNOWN  # nothing was in flight: the crash shows no window
+
+
+def test_a_retried_upload_counts_for_commit_before_publish_only_if_its_record_predates_the_crash():
+    def case(created_at):
+        b = api_crash("after_commit_before_publish")
+        b.add(2.5, "invoke", op="u0001.r1", f="upload", kind="good", retry_of="u0001")
+        b.add(2.6, "ok", op="u0001.r1", f="upload", status=202, attachment_id=ATT, job_id=JOB)
+        b.add(2.7, "message", body=job_message(JOB, ATT), properties={})
+        b.transitions(ATT, [(created_at, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
+                            (3.5, "processing", "ready", 1, "worker")])
+        return verdict(b)
+
+    before = case(1.2)  # committed before the crash, published only after the restart: the window
+    assert before.status == VALID and "its record created before it" in before.evidence[0]["message"]
+    assert case(2.55).status == UNKNOWN  # created afresh by the retry: the crash came before the commit
