@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .defaults import DEFAULT_PARALLEL
 
-EXIT = {"valid": 0, "invalid": 1, "unknown": 2, "tampered": 1}  # tampered: a failure, never a pass
+from .errors import EXIT_BY_VERDICT as EXIT  # 0 valid, 1 invalid or tampered, 2 unknown / not proven (errors.py)
 KEEP_DATA_HELP = "keep the services' data folder (normally removed with the stack) for a post-mortem; its path is printed"
 
 
@@ -71,10 +71,19 @@ def cmd_run(args) -> int:
     adapter = adapter_mod.load(args.sut)
     seed = _seed(args.seed)
     print(f"scenario {scenario.name}, implementation {adapter.name}, seed {seed}", flush=True)
+    from .errors import InfrastructureError, retry_once
+
     began = time.monotonic()
     nodes = scenario.rabbitmq_nodes  # a cluster scenario gets a private cluster of that many nodes
-    stack = Stack.start(Path(args.stack_dir) if args.stack_dir else None, keep_data=args.keep_data,
-                        rabbitmq_nodes=nodes)
+
+    def start():
+        try:
+            return Stack.start(Path(args.stack_dir) if args.stack_dir else None, keep_data=args.keep_data,
+                               rabbitmq_nodes=nodes)
+        except Exception as exc:  # the grader's own services: exit 3 after one retry
+            raise InfrastructureError("the stack did not start", exc) from exc
+
+    stack = retry_once(start, _progress, "starting the stack")
     print(f"stack up in {time.monotonic() - began:.1f}s" + (f" ({nodes} RabbitMQ nodes)" if nodes > 1 else ""),
           flush=True)
     try:
@@ -104,9 +113,12 @@ def cmd_grade(args) -> int:
     adapter = adapter_mod.load(args.sut)
     level = int(args.level or adapter.level)
     seed = _seed(args.seed)
-    results, grade_dir = grade(adapter, level, seed, only=args.only.split(",") if args.only else None,
-                               reports_dir=Path(args.reports) if args.reports else None, progress=_progress,
-                               keep_data=args.keep_data, parallel=args.parallel)
+    from .errors import retry_once
+
+    results, grade_dir = retry_once(  # a stack that did not start, a full disk: once more, then exit 3
+        lambda: grade(adapter, level, seed, only=args.only.split(",") if args.only else None,
+                      reports_dir=Path(args.reports) if args.reports else None, progress=_progress,
+                      keep_data=args.keep_data, parallel=args.parallel), _progress, "the grade")
     print()
     print(f"GRADE {adapter.name} level {level} seed {seed}: {results['verdict'].upper()}")
     for rid, req in sorted(results["requirements"].items()):
@@ -228,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
     _isolation_switch(p, "off")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("grade", help="grade an implementation: exit 0 valid, 1 invalid, 2 unknown/error")
+    p = sub.add_parser("grade", help="grade an implementation: exit 0 valid, 1 invalid or tampered, 2 unknown or "
+                                     "not proven, 3 the grader's infrastructure failed (retried once)")
     p.add_argument("--sut", required=True, help="adapter file, folder or name (e.g. reference)")
     p.add_argument("--level", type=int, choices=[3, 4, 5])
     p.add_argument("--seed", type=int)
@@ -243,13 +256,25 @@ def build_parser() -> argparse.ArgumentParser:
     _isolation_switch(p, "off")
     p.set_defaults(func=cmd_grade)
 
-    p = sub.add_parser("grade-many", help="grade a class of submissions, one after another on one shared stack: "
-                                          "one table (Markdown, CSV, HTML); exit 0 all valid, 1 any invalid, 2 else")
+    p = sub.add_parser("grade-many", help="grade a class of submissions on one shared stack (--jobs N side by side, "
+                                          "--shard i/n for a CI matrix; `grade-many merge DIR...` joins shards): "
+                                          "one class table (CSV, sortable HTML) and a feedback page each; exit 0 all "
+                                          "valid, 1 any invalid or tampered, 2 else, 3 the grader's infrastructure")
     p.add_argument("submissions", nargs="+", metavar="DIR_OR_ADAPTER",
                    help="an adapter file, a folder holding adapter.toml, or a folder of submissions (each sub-folder "
                         "holding an adapter.toml is one)")
-    p.add_argument("--level", type=int, choices=[3, 4, 5], required=True)
+    p.add_argument("--level", type=int, choices=[3, 4, 5],
+                   help="the level every submission is graded at (required unless a --profile sets it)")
     p.add_argument("--seed", type=int, help="base seed used for every submission (default: random, printed)")
+    p.add_argument("--jobs", type=_positive_int, default=1,
+                   help="submissions graded side by side on the one stack, each scenario on its own tenant; one "
+                        "that restarts a shared service runs with no other (default 1)")
+    p.add_argument("--shard", metavar="I/N",
+                   help="grade only the I-th of N deterministic slices of the sorted submission list (a CI matrix "
+                        "job); join the shards' folders with `harness grade-many merge DIR...`")
+    p.add_argument("--profile", metavar="FILE",
+                   help="a course profile (TOML, schemas/course-profile.schema.json): level, timing bounds, "
+                        "required capabilities and scenario set; an adapter that claims otherwise is refused")
     p.add_argument("--timeout-per-submission", type=float, default=1800.0, metavar="S",
                    help="seconds one submission's grade may take before it is stopped (default: 1800)")
     p.add_argument("--only", help="comma-separated scenario names, for every submission")
@@ -371,6 +396,12 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         return 0
     except Exception as exc:  # configuration errors etc.: exit 2 (unknown/error), with the reason
+        from .errors import EXIT_INFRASTRUCTURE, is_infrastructure
+
+        if is_infrastructure(exc):  # the grader's own infrastructure (already retried once): exit 3
+            print(f"harness: infrastructure failure (not the implementation's): {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+            return EXIT_INFRASTRUCTURE
         print(f"harness: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     finally:

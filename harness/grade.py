@@ -286,11 +286,12 @@ def plan(adapter, level: int, only: list[str] | None = None):
 
 
 def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stack=None, reports_dir: Path | None = None,
-          progress=print, keep_data: bool = False, parallel: int = 1) -> tuple[dict, Path]:
+          progress=print, keep_data: bool = False, parallel: int = 1, gate=None) -> tuple[dict, Path]:
     """Grade on one stack. ``parallel`` > 1 runs that many scenarios side by side (each with its own tenant and
     Toxiproxy proxies). A scenario that restarts a service every run depends on runs on a second stack of its own,
     beside the others, when the grade starts its stacks; with a stack given (or one declared exclusive) it runs
-    alone, before the others."""
+    alone, before the others. ``gate`` (grade-many --jobs N, several submissions on one stack): each scenario runs
+    under its shared side, one that restarts a service under its exclusive side."""
     began = time.monotonic()
     chosen, skipped, required, required_items = plan(adapter, level, only)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -305,8 +306,14 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
     if own_stack:
         from .stack import Stack
 
+        from .errors import InfrastructureError
+
         t = time.monotonic()
-        stack = Stack.start(grade_dir / "stack", keep_data=keep_data)
+        try:
+            stack = Stack.start(grade_dir / "stack", keep_data=keep_data)
+        except Exception as exc:  # the grader's own services: exit 3 (retried once by the CLI), not the SUT's fault
+            raise InfrastructureError("the stack (PostgreSQL, RabbitMQ, SeaweedFS, Toxiproxy) did not start", exc) \
+                from exc
         timings["stack_start"] = round(time.monotonic() - t, 2)
         progress(f"stack up in {timings['stack_start']:.1f}s")
     entries: dict[str, dict] = {}
@@ -336,7 +343,11 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
         with lock:
             active[scenario.name] = run
         try:
-            result = run.execute()
+            if gate is None:
+                result = run.execute()
+            else:  # grade-many --jobs N: a scenario that restarts a shared service runs with no other submission's
+                with (gate.exclusive() if runs_alone(scenario) else gate.shared()):
+                    result = run.execute()
         finally:
             if exclusive:
                 ahead.resume()
@@ -362,7 +373,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
     ahead = (tenants_ahead.TenantsAhead(stack, seed, [s.name for s in shared], depth=2, held=bool(alone),
                                         prepare=lambda name, tenant: prepare_ahead(adapter, by_name[name], level,
                                                                                    tenant))
-             if tenants_ahead.enabled() else None)
+             if tenants_ahead.enabled() and gate is None else None)  # under grade-many's gate a neighbour's
+    # service restart could break a tenant made ahead: each run makes its own
     beside_pool = ThreadPoolExecutor(1, thread_name_prefix="beside") if beside else None
     fallback: list = []  # the second stack's scenarios, when it could not start: alone on the first, at the end
 

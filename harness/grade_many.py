@@ -15,14 +15,23 @@ fresh tenant) with the same base seed, each within a time limit:
 - anything else that goes wrong is a row ``error`` with the exception: never a crash of the whole run.
 
 The table is rewritten after every submission (``table.md``, ``table.csv``, ``index.html`` and ``results.json``
-in ``<reports>/grade-many-<stamp>-L<level>-s<seed>/``), next to one folder per submission holding its grade.
-Exit code: 0 when every submission is valid, 1 if any is invalid, 2 otherwise (unknown, not graded).
+in ``<reports>/grade-many-<stamp>-L<level>-s<seed>/``), next to one folder per submission holding its grade and its
+feedback page; the class table (``class.csv``, ``class.html``, ``class.json``: every checklist row, the level
+achieved, the time, the reproduce command) is harness/class_table.py's.
+
+``--jobs N`` grades N submissions at once on the one stack (a :class:`RunGate` lets a scenario that restarts a
+shared service, and the tidy-up between submissions, run alone); ``--shard i/n`` grades the i-th of n round-robin
+slices of the submission list sorted by name; ``grade-many merge DIR...`` joins shards into one class table.
+Exit code: 0 when every submission is valid, 1 if any is invalid or tampered, 2 otherwise (unknown, not proven, not
+graded), 3 when the shared stack did not start (twice): harness/errors.py.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 import os
 import signal
 import threading
@@ -213,6 +222,45 @@ def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> bool:
     return changed == 1
 
 
+class RunGate:
+    """Several submissions on one stack (``--jobs N``): scenarios run under the shared side, side by side; a scenario
+    that restarts a shared service (and the tidy-up between submissions) under the exclusive side, alone."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting = 0  # exclusive requests waiting: new shared holders wait behind them
+
+    @contextmanager
+    def shared(self):
+        with self._cond:
+            while self._exclusive or self._waiting:
+                self._cond.wait()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self):
+        with self._cond:
+            self._waiting += 1
+            while self._exclusive or self._shared:
+                self._cond.wait()
+            self._waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 # --- one submission ---------------------------------------------------------------------------------------------------
 
 def partial_grade(folder: Path, adapter, level: int, seed: int, only: list[str] | None, why: str,
@@ -282,9 +330,10 @@ class SubmissionGrade:
     """One submission's grade in a thread of its own, under a time limit."""
 
     def __init__(self, submission: Submission, adapter, level: int, seed: int, only, stack, folder: Path,
-                 timeout: float, say, verbose: bool = False):
+                 timeout: float, say, verbose: bool = False, gate: RunGate | None = None):
         self.submission, self.adapter, self.level, self.seed, self.only = submission, adapter, level, seed, only
         self.stack, self.folder, self.timeout, self.say, self.verbose = stack, folder, timeout, say, verbose
+        self.gate = gate  # set when other submissions share the stack at the same time (--jobs N)
         self.results = self.grade_dir = self.error = None
         self.not_started: str | None = None
         self._seen: set[Path] = set()
@@ -303,9 +352,10 @@ class SubmissionGrade:
         from .grade import grade
 
         try:
+            extra = {"gate": self.gate} if self.gate is not None else {}
             self.results, self.grade_dir = grade(self.adapter, self.level, self.seed, only=self.only,
                                                  stack=self.stack,
-                                                 reports_dir=self.folder, progress=self._progress)
+                                                 reports_dir=self.folder, progress=self._progress, **extra)
         except BaseException as exc:  # noqa: BLE001 - reported in the row, whatever it was
             self.error = exc
 
@@ -339,7 +389,8 @@ class SubmissionGrade:
         _raise_in(self.thread, SubmissionTimeout)
         self.thread.join(GRACEFUL_STOP_SECONDS)
         targets = {pid: f"role {key.split('/', 1)[1]}" for key, pid in roles_running(self.folder).items()}
-        targets.update({pid: targets.get(pid, "process") for pid in our_children(since, stack_pids)})
+        if self.gate is None:  # alone on the stack: any child started since its start is its own
+            targets.update({pid: targets.get(pid, "process") for pid in our_children(since, stack_pids)})
         kill_ours(targets, self.say)
         if self.thread.is_alive():  # stuck in its teardown: ask once more, then leave it (a daemon thread)
             _raise_in(self.thread, SubmissionTimeout)
@@ -347,12 +398,14 @@ class SubmissionGrade:
         # Fault threads of the interrupted scenario (a service restart, a held role's release) end on their own
         # timers; wait for them, so none can restart a role or a service after this point.
         deadline = time.monotonic() + settle
-        for t in [t for t in threading.enumerate() if t not in threads_before and t is not self.thread]:
+        # Beside other submissions (--jobs N) the new threads may be theirs: not waited for.
+        for t in [t for t in threading.enumerate() if t not in threads_before and t is not self.thread
+                  and self.gate is None]:
             t.join(max(0.0, deadline - time.monotonic()))
         # A thread that outlived the settle (a role's exit watcher, a fault timer) may still start a process after
         # a kill: kill by PID until two looks a second apart find nothing new (at most ten).
         quiet = 0
-        for _ in range(10):
+        for _ in range(10 if self.gate is None else 0):  # beside other submissions: only its own roles, by PID
             left = our_children(since, stack_pids)
             kill_ours({pid: "process" for pid in left}, self.say)
             quiet = 0 if left else quiet + 1
@@ -380,13 +433,16 @@ def tidy_stack(stack, say) -> None:
 
 # --- the whole class --------------------------------------------------------------------------------------------------
 
-def exit_code(rows: list[table.Row]) -> int:
-    verdicts = [r.verdict for r in rows]
-    if verdicts and all(v == "valid" for v in verdicts):
-        return 0
-    if "invalid" in verdicts or "tampered" in verdicts:  # tampered: the harness's faults changed, a failure
-        return 1
-    return 2
+def exit_code(rows: list[table.Row], infrastructure: bool = False) -> int:
+    """0 every submission valid, 1 any invalid or tampered, 2 otherwise (unknown, not proven, not graded), 3 when
+    the grader's own infrastructure failed (the shared stack did not start, twice): harness/errors.py."""
+    from .errors import EXIT_INFRASTRUCTURE, exit_code as verdict_exit, worst_exit
+
+    if infrastructure:
+        return EXIT_INFRASTRUCTURE
+    if not rows:
+        return 2
+    return worst_exit(verdict_exit(r.verdict) for r in rows)
 
 
 def _relative(path: Path, base: Path) -> str:
@@ -408,23 +464,35 @@ class ClassGrade:
     """The state of one grade-many run: the shared stack (started at the first submission that needs it), the rows."""
 
     def __init__(self, out: Path, level: int, seed: int, only: list[str] | None, timeout: float, stack, progress,
-                 verbose: bool):
+                 verbose: bool, jobs: int = 1, profile=None):
         self.out, self.level, self.seed, self.only, self.timeout = out, level, seed, only, timeout
         self.stack, self.own_stack, self.say, self.verbose = stack, stack is None, progress, verbose
         self.stack_error: str | None = None
+        self.gate = RunGate() if jobs > 1 else None  # several submissions at once on the one stack
+        self.profile = profile  # a course profile (harness/course_profile.py): checked before anything starts
+        self.results: dict[str, dict] = {}  # submission name -> its grade's results (for the class table)
+        self._stack_lock = threading.Lock()
 
     def ensure_stack(self):
+        with self._stack_lock:
+            return self._ensure_stack()
+
+    def _ensure_stack(self):
         if self.stack is None and self.stack_error is None:
             from .stack import Stack
 
             self.say("starting the shared stack (PostgreSQL, RabbitMQ, SeaweedFS, Toxiproxy) ...")
             began = time.monotonic()
-            try:
-                self.stack = Stack.start(self.out / "stack")
-                self.say(f"stack up in {time.monotonic() - began:.1f}s")
-            except Exception as exc:
-                self.stack_error = f"the shared stack did not start: {type(exc).__name__}: {exc}"
-                self.say(self.stack_error)
+            for attempt in (1, 2):  # an infrastructure failure is retried once by itself, then reported (exit 3)
+                try:
+                    self.stack = Stack.start(self.out / ("stack" if attempt == 1 else "stack-retry"))
+                    self.say(f"stack up in {time.monotonic() - began:.1f}s")
+                    break
+                except Exception as exc:
+                    self.stack_error = f"the shared stack did not start: {type(exc).__name__}: {exc}"
+                    self.say(self.stack_error + ("; retrying once" if attempt == 1 else ""))
+            if self.stack is not None:
+                self.stack_error = None
         return self.stack
 
     def stop_stack(self) -> None:
@@ -445,6 +513,7 @@ class ClassGrade:
         def row(verdict, reason, results=None, report=None) -> table.Row:
             seconds = round(time.monotonic() - began, 1)
             if results is not None:
+                self.results[sub.name] = results
                 return table.row_from_grade(sub.name, sub.shown_path, results, seconds, report, verdict=verdict,
                                             reason=reason, reproduce=reproduce)
             return table.Row(sub.name, sub.shown_path, verdict, {}, seconds, report, reason, reproduce)
@@ -465,12 +534,13 @@ class ClassGrade:
         try:
             return self._grade(sub, adapter, row)
         finally:
-            tidy_stack(self.stack, self.say)
+            with self.gate.exclusive() if self.gate is not None else nullcontext():  # no neighbour's toxic reset
+                tidy_stack(self.stack, self.say)
 
     def _grade(self, sub: Submission, adapter, row) -> table.Row:
         folder = self.out / sub.name
         job = SubmissionGrade(sub, adapter, self.level, self.seed, self.only, self.stack, folder, self.timeout,
-                              self.say, self.verbose)
+                              self.say, self.verbose, gate=self.gate)
         began = time.monotonic()
         ended = job.run()
         if ended == "done":
@@ -504,55 +574,167 @@ class ClassGrade:
 
 def grade_many(arguments: list[str], level: int, seed: int, *, only: list[str] | None = None,
                timeout: float = DEFAULT_TIMEOUT, reports_dir: Path | None = None, stack=None, progress=print,
-               verbose: bool = False) -> tuple[list[table.Row], Path]:
-    """Grade every submission named by ``arguments``; returns the rows and the folder holding the table."""
-    submissions = discover(arguments)
+               verbose: bool = False, jobs: int = 1, shard: tuple[int, int] | None = None,
+               profile=None) -> tuple[list[table.Row], Path]:
+    """Grade every submission named by ``arguments`` (``jobs`` at a time on the one stack; only the ``shard``
+    (i, n) slice of the sorted list when given); returns the rows and the folder holding the tables."""
+    from . import class_table
+
+    everyone = sorted(discover(arguments), key=lambda s: s.name)  # the order shards slice and tables list
+    index_of = {s.name: k for k, s in enumerate(everyone, start=1)}
+    submissions = class_table.shard_of(everyone, *shard) if shard else everyone
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    out = Path(reports_dir or REPORTS_DIR) / f"grade-many-{stamp}-L{level}-s{seed}"
+    shard_tag = f"-shard{shard[0]}of{shard[1]}" if shard else ""
+    out = Path(reports_dir or REPORTS_DIR) / f"grade-many-{stamp}-L{level}-s{seed}{shard_tag}"
     out.mkdir(parents=True, exist_ok=True)
     only_text = ",".join(only) if only else ""
+    jobs = max(1, int(jobs))
     meta = {"title": f"Grades at level {level}", "level": level, "seed": seed, "only": only or None,
             "timeout_seconds": timeout, "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "submissions": len(everyone), "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+            "profile": getattr(profile, "name", None),
             "facts": {"level": level, "base seed": seed, "submissions": len(submissions),
+                      **({"shard": f"{shard[0]}/{shard[1]} of {len(everyone)}"} if shard else {}),
+                      **({"side by side": jobs} if jobs > 1 else {}),
                       "time limit": f"{timeout:.0f}s per submission", **({"only": only_text} if only else {}),
                       "started": datetime.now().strftime("%Y-%m-%d %H:%M")}}
     progress(f"grade-many: {len(submissions)} submission{'s' if len(submissions) != 1 else ''} at level {level}, "
-             f"base seed {seed}, time limit {timeout:.0f}s each" + (f", only {only_text}" if only else ""))
-    progress(f"table: {out}/index.html  {out}/table.md  {out}/table.csv")
-    run = ClassGrade(out, level, seed, only, timeout, stack, progress, verbose)
+             f"base seed {seed}, time limit {timeout:.0f}s each" + (f", only {only_text}" if only else "")
+             + (f", shard {shard[0]}/{shard[1]} of {len(everyone)}" if shard else "")
+             + (f", {jobs} at a time" if jobs > 1 else ""))
+    progress(f"table: {out}/class.html  {out}/class.csv  {out}/index.html  {out}/table.md")
+    run = ClassGrade(out, level, seed, only, timeout, stack, progress, verbose, jobs=jobs, profile=profile)
     rows: list[table.Row] = []
-    try:
-        for index, sub in enumerate(submissions, start=1):
-            progress(f"[{index}/{len(submissions)}] {sub.name}: {sub.shown_path}")
-            row = run.one(sub)
+    class_rows: list[dict] = []
+    lock = threading.Lock()
+
+    def grade_one(position: int, sub: Submission) -> None:
+        progress(f"[{position}/{len(submissions)}] {sub.name}: {sub.shown_path}")
+        row = run.one(sub)
+        results = run.results.get(sub.name)
+        crow = class_table.class_row(index_of[sub.name], row, results, sub.name)
+        try:
+            class_table.write_feedback(out / sub.name, sub.name, crow, results)
+        except Exception as exc:  # a page not written is said, never a crash of the class
+            progress(f"    could not write the feedback page: {type(exc).__name__}: {exc}")
+        with lock:
             rows.append(row)
-            progress(f"[{index}/{len(submissions)}] {sub.name}: {row.verdict.upper()} in {row.seconds or 0:.1f}s"
+            class_rows.append(crow)
+            progress(f"[{position}/{len(submissions)}] {sub.name}: {row.verdict.upper()} in {row.seconds or 0:.1f}s"
+                     + (f", level {crow['level_achieved']}" if crow["level_achieved"] else "")
                      + (f" — {row.reason}" if row.reason else ""))
-            write_tables(out, rows, meta)  # after every submission: an interrupted run keeps its table so far
+            _write_all(out, rows, class_rows, meta, run)  # after every submission: an interrupted run keeps its table
+
+    try:
+        if jobs == 1:
+            for position, sub in enumerate(submissions, start=1):
+                grade_one(position, sub)
+        else:
+            with ThreadPoolExecutor(jobs, thread_name_prefix="submission") as pool:
+                for future in [pool.submit(grade_one, k, sub) for k, sub in enumerate(submissions, start=1)]:
+                    future.result()
     finally:
         run.stop_stack()
-    write_tables(out, rows, meta)
+    _write_all(out, rows, class_rows, meta, run)
     return rows, out
+
+
+def _write_all(out: Path, rows: list[table.Row], class_rows: list[dict], meta: dict, run: "ClassGrade") -> None:
+    from . import class_table
+
+    meta["infrastructure_failure"] = run.stack_error if run.stack is None and run.stack_error else None
+    by_index = sorted(zip(class_rows, rows), key=lambda pair: pair[0]["index"])
+    write_tables(out, [r for _, r in by_index], meta)
+    class_table.write(out, class_rows, {k: v for k, v in meta.items() if k not in ("facts", "title")})
+
+
+def merge_command(folders: list[str], reports: str | None, progress=print) -> int:
+    """`harness grade-many merge DIR...`: the shards' folders into one class table (the same CSV and HTML as one
+    run), each submission's folder copied beside it so its links hold; exit code as for one run."""
+    import shutil
+
+    from . import class_table
+    from .errors import exit_code as verdict_exit, worst_exit
+
+    try:
+        class_rows, meta = class_table.merge([Path(f) for f in folders])
+    except (class_table.MergeError, OSError, ValueError, KeyError) as exc:
+        progress(f"harness: cannot merge: {exc}")
+        return 2
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    out = Path(reports or REPORTS_DIR) / f"grade-many-{stamp}-L{meta['level']}-s{meta['seed']}-merged"
+    out.mkdir(parents=True, exist_ok=True)
+    for r in class_rows:
+        for key in ("report", "feedback"):
+            if r.get(key):  # made absolute by merge(): copy the submission's folder, keep the link relative
+                source = Path(r[key])
+                name_dir = next((p for p in [source, *source.parents] if p.name == r["name"]), None)
+                if name_dir is not None and name_dir.is_dir():
+                    if not (out / r["name"]).exists():
+                        shutil.copytree(name_dir, out / r["name"], symlinks=True)
+                    r[key] = str(source.relative_to(name_dir.parent))
+    class_table.write(out, class_rows, meta)
+    rows = [table.Row(r["name"], r["adapter"], r["verdict"], {}, r.get("seconds"), r.get("report") or None,
+                      r.get("reason", ""), r.get("reproduce")) for r in class_rows]
+    for r, crow in zip(rows, class_rows):  # the requirement cells of each submission's own grade, when present
+        results_path = out / (crow.get("report") or "-").replace("index.html", "results.json")
+        if crow.get("report") and results_path.is_file():
+            r.requirements = {rid: q.get("status", "") for rid, q in
+                              (json.loads(results_path.read_text()).get("requirements") or {}).items()}
+    write_tables(out, rows, {**meta, "title": f"Grades at level {meta['level']} (merged)",
+                             "facts": {"level": meta["level"], "base seed": meta["seed"],
+                                       "submissions": meta.get("submissions"), "merged from": len(folders)}})
+    for r in class_rows:
+        progress(f"  {r['name']:24} {r['verdict']:16} level {r.get('level_achieved') or '—'}  {r.get('reason', '')}")
+    code = worst_exit(verdict_exit(r["verdict"]) for r in class_rows) if class_rows else 2
+    progress(f"GRADE-MANY merged {len(folders)} shard(s): {len(class_rows)} submissions, exit {code}")
+    progress(f"table: {out}/class.html  {out}/class.csv")
+    return code
 
 
 def run_command(args, seed: int, progress=print) -> int:
     """`harness grade-many` (argparse namespace from harness/cli.py): grade, print the table's summary, exit code."""
+    from . import class_table
+
+    if args.submissions and args.submissions[0] == "merge" and not Path("merge").exists():
+        return merge_command(args.submissions[1:], args.reports, progress)
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
+    profile = None
+    if getattr(args, "profile", None):
+        from .course_profile import ProfileError, load as load_profile
+
+        try:
+            profile = load_profile(args.profile)
+        except ProfileError as exc:
+            progress(f"harness: {exc}")
+            return 2
+        only = only or profile.scenarios
+    level = args.level or (profile.level if profile else None)
+    if level is None:
+        progress("harness: grade-many needs --level (or a course profile's level)")
+        return 2
     if only:
         known = {s.name for s in catalogue_mod.catalogue()}
         unknown = [name for name in only if name not in known]
         if unknown:
             progress(f"harness: unknown scenario(s) in --only: {', '.join(unknown)} (see `harness scenarios`)")
             return 2
-    rows, out = grade_many(args.submissions, args.level, seed, only=only, timeout=args.timeout_per_submission,
+    try:
+        shard = class_table.parse_shard(args.shard) if getattr(args, "shard", None) else None
+    except ValueError as exc:
+        progress(f"harness: {exc}")
+        return 2
+    rows, out = grade_many(args.submissions, level, seed, only=only, timeout=args.timeout_per_submission,
                            reports_dir=Path(args.reports) if args.reports else None, progress=progress,
-                           verbose=args.verbose)
+                           verbose=args.verbose, jobs=getattr(args, "jobs", 1) or 1, shard=shard, profile=profile)
     progress("")
     width = max([len(r.name) for r in rows] + [10])
     for r in rows:
         reqs = " ".join(table.STATUS_SYMBOL.get(r.requirements.get(rid, ""), "?") for rid in table.REQUIREMENTS)
         progress(f"  {r.name:{width}} {r.verdict:16} {reqs}  {r.seconds or 0:7.1f}s  {r.reason}")
-    code = exit_code(rows)
-    progress(f"GRADE-MANY level {args.level} base seed {seed}: {len(rows)} submissions, exit {code}")
-    progress(f"table: {out}/index.html  {out}/table.md  {out}/table.csv")
+    infrastructure = json.loads((out / "results.json").read_text()).get("infrastructure_failure")
+    code = exit_code(rows, infrastructure=bool(infrastructure))
+    progress(f"GRADE-MANY level {level} base seed {seed}: {len(rows)} submissions, exit {code}"
+             + (f" (the grader's infrastructure failed: {infrastructure})" if infrastructure else ""))
+    progress(f"table: {out}/class.html  {out}/class.csv  {out}/index.html  {out}/table.md")
     return code
