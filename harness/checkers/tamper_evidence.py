@@ -60,9 +60,10 @@ def check(history, final, run) -> Verdict:
                                    "(no tamper check recorded for the others)", scenario=scenario,
                                    applied=len(applied), verified=len(summaries)))
     if unverified or not intact:
+        missing = len(unread) + max(0, len(applied) - len(summaries))
         return Verdict(NAME, UNKNOWN, REQUIREMENTS,
-                       f"cannot tell whether the harness's faults stayed as it set them: {len(unverified) or 'no'} "
-                       f"fault{'s' if len(unverified) != 1 else ''} not read back in force",
+                       f"cannot tell whether the harness's faults stayed as it set them: {missing} of "
+                       f"{max(len(applied), len(summaries))} network faults not read back in force",
                        evidence=unverified or [evidence(f"{scenario}: no network fault was read back in force",
                                                         scenario=scenario)], seed=seed_of(run))
     found = [evidence(f"{scenario}: fault {e.get('fault')} ({e.get('kind')} on {e.get('link')}) read back "
