@@ -45,7 +45,7 @@ GROWTH_CLEAR, GROWTH_FLAT = 1.25, 1.1
 # ever adds up to one period to the delay the implementation chose, so exact delays picked up by a poller spread by
 # at most that much, whatever the retry number. Full jitter spreads a late retry number's delays over its ceiling.
 SPREAD_JITTER = 0.3  # at or above this at some late retry number: jittered
-SPREAD_FLAT = 0.1  # below this at every late retry number: one delay for every job (no jitter)
+SPREAD_FLAT = 0.1  # below this on average over the late retry numbers: one delay for every job (no jitter)
 
 
 def _exhausting_arms(history, budget_jobs: int, max_attempts: int) -> list[dict]:
@@ -174,7 +174,7 @@ def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap:
                          f"{late_ks} (gain {gain_mean:.3f}s, ratio {r_mean:.2f}; full jitter under the declared "
                          f"base and cap promises a gain of {promised:.3f}s): a zero or fixed delay"), facts
     grows = r_mean >= GROWTH_CLEAR and gain_mean >= promised * CLEAR_SHARE
-    if max(spreads.values()) < SPREAD_FLAT:
+    if mean(spreads.values()) < SPREAD_FLAT:
         return INVALID, (f"no jitter: the delays of each late retry number are alike across jobs beyond the "
                          f"{noise:.3f}s that scheduling alone explains (spread beyond it, as a share of the "
                          f"ceiling: {spreads}; full jitter draws each from [0, ceiling])"), facts
