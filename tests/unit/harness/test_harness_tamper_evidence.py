@@ -286,3 +286,15 @@ def test_every_report_of_a_tampered_grade_says_tampered(tmp_path):
 
     assert EXIT["tampered"] != 0 and exit_code([row]) == 1
     assert summary.MARK["tampered"] != summary.MARK["valid"]
+
+
+def test_a_tampered_requirement_says_why_once():
+    from harness.grade import requirement_checklist
+
+    scenario = {"name": "database-outages-past-lease", "verdict": "tampered", "seed": 4242,
+                "requirements": ["BE-JOB-003"], "verifies": ["BE-JOB-003.1"], "checks": ["lost_accepted_work"],
+                "verdicts": [{"invariant": "tamper_evidence", "status": "tampered", "exercised": True,
+                              "summary": "proxy re-enabled", "evidence": []}]}
+    rows = checklist_rows([scenario], [])
+    requirement = requirement_checklist([scenario], [], None, rows)["BE-JOB-003"]
+    assert requirement["status"] == "tampered" and requirement["why"].count("proxy re-enabled") == 1
