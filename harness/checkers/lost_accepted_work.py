@@ -7,16 +7,60 @@ error_code: expired work is judged by the expiry checker). A ``heavy`` upload (v
 neighbours are good uploads like any other, so one that a slow neighbour made fail is lost work. Operations
 with unknown outcome (``info``) are neither lost nor successful (Jepsen); a
 client retry with the same Idempotency-Key that gets a 202 makes them accepted.
+
+A transient fault may spend attempts within the budget (the seeds allow it; CONTRACT §5 lets attempts be counted at
+the claim): a good upload that ends ``failed`` with an error_code, having spent exactly its budget (its last attempt
+is the adapter's ``max_attempts``; more is ``bounded_retries``'s), while a transient fault of the run (a cut, a
+toxic, a restart of a dependency or a broker node) was in force during its processing, is an outcome of its own —
+kept as a note, not lost work. Failed before its budget was spent, without an error_code, or with no fault in force
+is lost. "Outages cost no attempt" is a property of the reference (its own grade test), not a requirement on all.
 """
 
 from __future__ import annotations
 
 from . import hostile_inputs, retry_exhaustion
 from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, expiry_code,
-                   final_read_ok, level_of, seed_of)
+                   final_read_ok, level_of, seed_of, timing, transitions_of)
 
 NAME = "lost_accepted_work"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
+TRANSIENT_FAULTS = frozenset({"toxic", "restart_service", "kill_broker_node", "partition_broker_node"})
+
+
+def transient_faults(history) -> list[tuple[float, float, dict]]:
+    """(start wall, end wall, start line) of every transient dependency fault of the run (end: the run's last line
+    when it never ended)."""
+    last = max((e["wall"] for e in history), default=0.0)
+    open_: dict[tuple, list[dict]] = {}
+    out = []
+    for e in history.of_type("fault"):
+        if e.get("action") not in TRANSIENT_FAULTS:
+            continue
+        key = (e.get("action"), e.get("service"), e.get("role"), e.get("node"))
+        if e.get("phase") == "start":
+            open_.setdefault(key, []).append(e)
+        elif e.get("phase") == "end" and open_.get(key):
+            began = open_[key].pop(0)
+            out.append((began["wall"], e["wall"], began))
+    out += [(began["wall"], last, began) for starts in open_.values() for began in starts]
+    return out
+
+
+def budget_spent_by_fault(history, final, run, attachment_id: str, body: dict, faults) -> dict | None:
+    """The fault that was in force while this failed job was processing, when it ended failed with an error_code
+    having spent exactly its attempt budget (None otherwise)."""
+    budget = timing(run, "max_attempts")
+    if budget is None or not body.get("error_code") or not faults:
+        return None
+    trans = transitions_of(history, final, attachment_id)
+    attempts = [t["attempt"] for t in trans if isinstance(t["attempt"], int)]
+    if not attempts or max(attempts + [body.get("attempt") or 0]) != int(budget):
+        return None
+    claimed = [t["at"] for t in trans if t["to"] == "processing" and t["at"] is not None]
+    ended = next((t["at"] for t in reversed(trans) if t["to"] == "failed" and t["at"] is not None), None)
+    if not claimed or ended is None:
+        return None
+    return next((f for start, end, f in faults if start <= ended and end >= claimed[0]), None)
 
 
 def check(history, final, run) -> Verdict:
@@ -35,6 +79,8 @@ def check(history, final, run) -> Verdict:
     # A transient error armed on every attempt (outlasting every job's retry budget) must end jobs failed:
     # retry_exhaustion judges that outcome (attempt, error_code); here it is not a loss.
     exhausting = bool(retry_exhaustion.exhausting_arms_of(history, run, len(accepted)))
+    faults = transient_faults(history)
+    notes = []
     for attachment_id, acc in sorted(accepted.items()):
         invoke, ok = acc["invoke"], acc["ok"]
         # may legitimately end failed (hostile kinds: hostile_inputs judges which outcome each may have)
@@ -64,6 +110,12 @@ def check(history, final, run) -> Verdict:
                 pass  # expired work is an outcome of its own, judged by the expiry checker
             elif exhausting and body.get("error_code"):
                 pass  # the retry budget ran out under a fault on every attempt: judged by retry_exhaustion
+            elif not bad_input and (spent := budget_spent_by_fault(history, final, run, attachment_id, body, faults)):
+                notes.append(evidence(
+                    f"ended failed at its attempt budget ({int(timing(run, 'max_attempts'))}), spent while a transient "
+                    f"fault was in force ({spent.get('action')} {spent.get('toxic') or ''} on "
+                    f"{spent.get('service') or spent.get('node')}, line {spent.get('line')}): an outcome, not lost work",
+                    error_code=body.get("error_code"), fault=spent.get("line"), **base))
             elif not bad_input:
                 problems.append(evidence("good input ended failed", error_code=body.get("error_code"), **base))
             elif not body.get("error_code"):
@@ -77,5 +129,6 @@ def check(history, final, run) -> Verdict:
     if unknowns:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"{len(unknowns)} accepted uploads could not be read",
                        evidence=unknowns, seed=seed_of(run))
-    return Verdict(NAME, VALID, REQUIREMENTS, f"all {len(accepted)} accepted uploads reached a terminal state",
-                   exercised=bool(accepted), seed=seed_of(run))
+    return Verdict(NAME, VALID, REQUIREMENTS, f"all {len(accepted)} accepted uploads reached a terminal state"
+                   + (f"; {len(notes)} failed at their attempt budget, spent by a transient fault" if notes else ""),
+                   exercised=bool(accepted), evidence=notes[:20], seed=seed_of(run))

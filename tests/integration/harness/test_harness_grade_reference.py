@@ -57,6 +57,13 @@ def test_reference_grades_valid_at_level_5_with_every_checklist_row(stack, tmp_p
     assert exercised["ack_after_commit"]
     exercised = {v["invariant"]: v["exercised"] for v in by_name["worker-paused-past-lease"]["verdicts"]}
     assert exercised["lease_ownership"]
+    # The reference's own property (not a requirement on every implementation: lost_accepted_work lets a transient
+    # fault spend attempts within the budget): an outage costs no attempt, so under a budget of one attempt and two
+    # database cuts past the lease every upload still ends ready, at attempt 1.
+    final = json.loads((grade_dir / by_name["database-outages-past-lease"]["run_dir"] / "final.json").read_text())
+    outcomes = {a: ((r.get("body") or {}).get("state"), (r.get("body") or {}).get("attempt"))
+                for a, r in final["attachments"].items()}
+    assert outcomes and set(outcomes.values()) == {("ready", 1)}, outcomes
     for name in ("results.json", "junit.xml", "summary.md", "timeline.html", "index.html"):
         assert (grade_dir / name).exists()
     # A grade's folder is what a person or a CI job keeps: histories, logs, reports — no service data.
