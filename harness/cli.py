@@ -104,6 +104,21 @@ def cmd_grade(args) -> int:
     from .adapter_check import check, render
     from .grade import grade
 
+    profile = None
+    if getattr(args, "profile", None):  # the course's level, scenario set, capabilities and timing bounds
+        from .course_profile import ProfileError, load as load_profile, refusal
+
+        try:
+            profile = load_profile(args.profile)
+        except ProfileError as exc:
+            print(f"harness: {exc}", file=sys.stderr)
+            return 2
+        if args.level and args.level != profile.level:
+            print(f"harness: --level {args.level} differs from the course profile's level {profile.level}",
+                  file=sys.stderr)
+            return 2
+        args.level = profile.level
+        args.only = args.only or (",".join(profile.scenarios) if profile.scenarios else None)
     report = check(args.sut, args.level)  # before any service starts: the same problems `adapter check` prints
     if not report.ok:
         print(render(report), file=sys.stderr)
@@ -111,6 +126,13 @@ def cmd_grade(args) -> int:
               file=sys.stderr)
         return 2
     adapter = adapter_mod.load(args.sut)
+    if profile is not None:
+        reasons = refusal(profile, adapter)
+        if reasons:
+            print(f"harness: grade refused by the course profile {profile.name}:", file=sys.stderr)
+            for reason in reasons:
+                print(f"  - {reason}", file=sys.stderr)
+            return 2
     level = int(args.level or adapter.level)
     seed = _seed(args.seed)
     from .errors import retry_once
@@ -249,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reports", help="folder for the grade's report folder (default: reports/runs under the "
                                      "checkout, else under the current directory)")
     p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
+    p.add_argument("--profile", metavar="FILE",
+                   help="a course profile (TOML, schemas/course-profile.schema.json): its level, scenario set, "
+                        "required capabilities and timing bounds; an adapter that claims otherwise is refused (exit 2)")
     p.add_argument("--parallel", type=_positive_int, default=DEFAULT_PARALLEL,
                    help=f"scenarios side by side on the stack, each with its own database, vhost, bucket and "
                         f"proxies; one that restarts a service runs alone (default {DEFAULT_PARALLEL}; 1 = one "
@@ -275,8 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="FILE",
                    help="a course profile (TOML, schemas/course-profile.schema.json): level, timing bounds, "
                         "required capabilities and scenario set; an adapter that claims otherwise is refused")
-    p.add_argument("--timeout-per-submission", type=float, default=1800.0, metavar="S",
-                   help="seconds one submission's grade may take before it is stopped (default: 1800)")
+    p.add_argument("--timeout-per-submission", type=float, default=None, metavar="S",
+                   help="seconds one submission's grade may take before it is stopped (default: the course "
+                        "profile's, else 1800)")
     p.add_argument("--only", help="comma-separated scenario names, for every submission")
     p.add_argument("--reports", help="folder for the run's folder (default: reports/runs under the checkout, else "
                                      "under the current directory)")

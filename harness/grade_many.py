@@ -529,6 +529,12 @@ class ClassGrade:
             adapter = adapter_mod.load(sub.adapter)
         except Exception as exc:
             return row("invalid adapter", f"{type(exc).__name__}: {exc}")
+        if self.profile is not None:  # the course's level, capabilities and timing bounds: refused before it starts
+            from .course_profile import refusal
+
+            reasons = refusal(self.profile, adapter)
+            if reasons:
+                return row("refused", f"refused by the course profile {self.profile.name}: " + "; ".join(reasons))
         if self.ensure_stack() is None:
             return row("error", f"not graded: {self.stack_error}")
         try:
@@ -709,6 +715,9 @@ def run_command(args, seed: int, progress=print) -> int:
             progress(f"harness: {exc}")
             return 2
         only = only or profile.scenarios
+    if profile and args.level and args.level != profile.level:
+        progress(f"harness: --level {args.level} differs from the course profile's level {profile.level}")
+        return 2
     level = args.level or (profile.level if profile else None)
     if level is None:
         progress("harness: grade-many needs --level (or a course profile's level)")
@@ -724,7 +733,8 @@ def run_command(args, seed: int, progress=print) -> int:
     except ValueError as exc:
         progress(f"harness: {exc}")
         return 2
-    rows, out = grade_many(args.submissions, level, seed, only=only, timeout=args.timeout_per_submission,
+    timeout = args.timeout_per_submission or (profile.timeout_per_submission if profile else None) or DEFAULT_TIMEOUT
+    rows, out = grade_many(args.submissions, level, seed, only=only, timeout=timeout,
                            reports_dir=Path(args.reports) if args.reports else None, progress=progress,
                            verbose=args.verbose, jobs=getattr(args, "jobs", 1) or 1, shard=shard, profile=profile)
     progress("")
