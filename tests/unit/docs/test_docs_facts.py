@@ -1,0 +1,136 @@
+"""Facts the docs take from the code stay true as the code changes:
+
+- every `harness …` command in a code block of the docs parses with the harness's own parser, and every scenario it
+  names exists;
+- every scenario named in backticks in CONTRACT.md and the guides exists in the catalogue;
+- the adapter file shown in CONTRACT §9 validates against schemas/adapter.schema.json (keys the harness knows);
+- counts quoted for the Go example's grade ("31 scenarios run, 14 skipped") are what the catalogue plans for it;
+- the checklist size CONTRACT §11 quotes is the checklist's.
+
+Nothing here starts a service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from harness import adapter as adapter_mod
+from harness.checklist import ITEMS
+from harness.cli import build_parser
+from harness.scenarios import catalogue, for_grade
+from harness.schemas import errors
+
+REPO = Path(__file__).resolve().parents[3]
+DOCS = sorted([*(REPO / "docs").rglob("*.md"), REPO / "README.md", *REPO.glob("examples/*/README.md"),
+               REPO / "reference" / "README.md"])
+GO_ADAPTER = REPO / "examples" / "go-pipeline" / "adapter.toml"
+FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
+SCENARIO_NAMES = {s.name for s in catalogue()}
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+def harness_commands():
+    """(doc, line, argv) of every `harness …` command in a fenced code block of the docs."""
+    out = []
+    for doc in DOCS:
+        for block in FENCE.findall(doc.read_text(encoding="utf-8")):
+            for line in block.splitlines():
+                line = line.split(" # ", 1)[0].strip().rstrip("\\").strip()
+                for part in re.split(r"\s*(?:&&|\|\||;|\|)\s*", line):
+                    words = part.split()
+                    if not words or not re.fullmatch(r"(?:\S*/)?harness", words[0]):
+                        continue
+                    if any(mark in part for mark in ("<", "…", "...", "$", "{")):
+                        continue  # a placeholder, not a command to run as is
+                    try:
+                        argv = shlex.split(part)
+                    except ValueError:
+                        continue
+                    out.append((rel(doc), line, argv[1:]))
+    return out
+
+
+COMMANDS = harness_commands()
+
+
+def test_the_docs_show_harness_commands():
+    assert len(COMMANDS) > 10
+
+
+@pytest.mark.parametrize("doc, line, argv", COMMANDS, ids=[f"{d}:{' '.join(a)[:60]}" for d, _, a in COMMANDS])
+def test_every_documented_command_parses(doc, line, argv):
+    parser = build_parser()
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:
+            if exc.code != 0:  # --help exits 0
+                pytest.fail(f"{doc}: `{line}` does not parse: {err.getvalue().strip()}")
+            return
+    scenario = getattr(args, "scenario", None)
+    if isinstance(scenario, str) and argv[0] == "run":
+        assert scenario in SCENARIO_NAMES, f"{doc}: `{line}` names no scenario of the catalogue"
+
+
+def test_every_scenario_the_contract_and_guides_name_exists():
+    suffixes = ("-failpoint", "-sigkill")
+    stems = {n.rsplit("-", 1)[0] for n in SCENARIO_NAMES if n.endswith(suffixes)}
+    missing = []
+    for doc in [REPO / "docs" / "CONTRACT.md", REPO / "docs" / "HARNESS.md", *(REPO / "docs" / "guides").glob("*.md")]:
+        for name in set(re.findall(r"`([a-z][a-z0-9]*(?:-[a-z0-9]+){1,5})`", doc.read_text(encoding="utf-8"))):
+            looks_like_scenario = any(name.startswith(p) for p in ("window-", "expiry-", "pipeline-", "batch-",
+                                                                    "poison-", "dead-letter", "clock-skew",
+                                                                    "lease-", "worker-", "retry-", "prefetch-",
+                                                                    "permuted-", "concurrent-", "redelivery-",
+                                                                    "stale-", "backlog-", "cluster-", "database-",
+                                                                    "broker-", "s3-", "hostile-", "slow-",
+                                                                    "unparseable-", "network-"))
+            if looks_like_scenario and name not in SCENARIO_NAMES and name not in stems and name != "window-…":
+                missing.append(f"{rel(doc)}: {name}")
+    assert not missing, missing
+
+
+def test_the_contracts_adapter_example_uses_only_known_keys():
+    text = (REPO / "docs" / "CONTRACT.md").read_text(encoding="utf-8")
+    section = text.split("## 9. The adapter file", 1)[1].split("## 10.", 1)[0]
+    example = next(b for b in FENCE.findall(section) if "adapter_version" in b)
+    raw = tomllib.loads(example)
+    assert errors("adapter.schema.json", raw) == []
+
+
+def go_plan(level: int) -> tuple[int, int]:
+    chosen, skipped = for_grade(catalogue(), adapter_mod.load(GO_ADAPTER), level)
+    return len(chosen), len(skipped)
+
+
+def test_the_go_examples_grade_size_quoted_in_the_docs_is_the_catalogues():
+    run4, skipped4 = go_plan(4)
+    quoted = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"at level 4: (\d+) scenarios run, (\d+) skipped", text):
+            quoted.append((rel(doc), int(m.group(1)), int(m.group(2))))
+        for m in re.finditer(r"Go example: (\d+) scenarios, (\d+) skipped", text):
+            quoted.append((rel(doc), int(m.group(1)), int(m.group(2))))
+        for m in re.finditer(r"Go\s+example's level-4 grade runs (\d+) scenarios", text):
+            quoted.append((rel(doc), int(m.group(1)), skipped4))
+    assert quoted, "the docs quote the Go example's grade size somewhere"
+    wrong = [q for q in quoted if (q[1], q[2]) != (run4, skipped4)]
+    assert not wrong, f"the catalogue plans {run4} run, {skipped4} skipped for the Go example at level 4: {wrong}"
+
+
+def test_the_checklist_size_the_contract_quotes_is_the_checklists():
+    text = (REPO / "docs" / "CONTRACT.md").read_text(encoding="utf-8")
+    m = re.search(r"the checklist: (\d+) rows", text)
+    assert m and int(m.group(1)) == len([i for i in ITEMS if i.level <= 4])
