@@ -432,10 +432,15 @@ def mount_script(slot: int, argv: list[str], env: dict[str, str], hide: list[Pat
     for i, path in enumerate(staged):
         lines.append(f"mkdir -p {shlex.quote(str(path))}")
         lines.append(f"mount --rbind {shlex.quote(str(stage / str(i)))} {shlex.quote(str(path))}")
-    for path in hide:  # the report folder: an empty read-only folder in its place (unless already out of view)
-        out_of_view = any(_under(path, t) for t in overmounts) and not any(_under(path, s) for s in staged)
+    hidden: list[Path] = []
+    for path in sorted({Path(os.path.abspath(p)) for p in hide}, key=lambda p: len(p.parts)):
+        # The report folder: an empty read-only folder in its place, unless already out of view (under a folder
+        # hidden before it, or under a replaced one) or holding what the command needs.
+        out_of_view = (any(_under(path, t) for t in overmounts) and not any(_under(path, s) for s in staged)
+                       or any(_under(path, h) for h in hidden))
         if path.is_dir() and not out_of_view and not any(_under(n, path) for n in needed):
             lines.append(f"mount -t tmpfs -o ro,size=4k,mode=0755 harness-hidden {shlex.quote(str(path))}")
+            hidden.append(path)
     lines.append('exec "$@"')
     return "\n".join(lines)
 

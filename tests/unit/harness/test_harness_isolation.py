@@ -59,6 +59,15 @@ def test_mount_script_binds_back_what_a_blocked_home_or_tmp_would_hide(tmp_path,
     assert "secret" not in script
 
 
+def test_a_folder_inside_a_hidden_one_is_not_hidden_again(tmp_path, monkeypatch):
+    """The reports folder and the run's grade folder inside it: one mount (the second has no mount point left)."""
+    monkeypatch.setattr(isolation, "ROOT", tmp_path / "iso")
+    runs = tmp_path / "reports" / "runs"
+    (runs / "grade-1").mkdir(parents=True)
+    script = isolation.mount_script(0, [], {}, hide=[runs / "grade-1", runs])
+    assert script.count("harness-hidden") == 1 and f"harness-hidden {runs}\n" in script
+
+
 def test_a_hidden_folder_holding_the_submission_is_not_hidden(tmp_path, monkeypatch):
     monkeypatch.setattr(isolation, "ROOT", tmp_path / "iso")
     sub = tmp_path / "reports" / "sub"
