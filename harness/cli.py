@@ -54,7 +54,11 @@ def cmd_scenarios(args) -> int:
 
 def _print_verdict(results: dict) -> None:
     for v in results.get("verdicts", []):
-        flag = {"valid": "ok     ", "invalid": "INVALID", "unknown": "unknown", "tampered": "TAMPERED"}[v["status"]]
+        from .checklist import shown_status
+
+        # A valid check that was not exercised proved nothing: shown as such, never "ok" (harness/checklist.py).
+        flag = {"valid": "ok     ", "invalid": "INVALID", "unknown": "unknown", "tampered": "TAMPERED",
+                "not exercised": "not exercised:"}[shown_status(v)]
         print(f"  {flag} {v['invariant']:20} {v['summary']}")
         if v["status"] != "valid":
             for e in v.get("evidence", [])[:3]:

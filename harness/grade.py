@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import scenarios as catalogue_mod
 from .checklist import BY_ID as CHECKLIST_ITEMS
-from .checklist import ITEMS, capability_hint, satisfies
+from .checklist import ITEMS, capability_hint, satisfies, shown_status
 from .checkers import combine
 from .defaults import DEFAULT_PARALLEL  # noqa: F401 - re-exported for callers of grade()
 from .report import write_grade_reports
@@ -201,7 +201,9 @@ def scenario_entry(result: dict, run_dir: Path, base: Path, seconds: float) -> d
             "run_dir": str(Path(run_dir).relative_to(base)), "level": s["level"], "requirements": s["requirements"],
             "verifies": s.get("verifies") or [], "windows": s.get("windows") or [], "exactness": s.get("exactness"), "checks": s.get("checks"),
             "seconds": round(seconds, 2),
-            "verdicts": result["verdicts"], "reproduce": result.get("reproduce"), "error": result.get("error")}
+            # each verdict with the word every report shows for it ("not exercised" for a valid check that proved nothing)
+            "verdicts": [{**v, "shown": shown_status(v)} for v in result["verdicts"]],
+            "reproduce": result.get("reproduce"), "error": result.get("error")}
 
 
 def skipped_entry(scenario, why: str) -> dict:

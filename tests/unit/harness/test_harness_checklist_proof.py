@@ -164,3 +164,13 @@ def test_the_rows_proofs_name_registered_checks_of_the_row():
             for alternative in claim:
                 assert alternative.partition(":")[0] in item.checks, (item.id, alternative)
     assert T0 and iso  # the shared builders are the ones the other checker tests use
+
+
+def test_results_json_names_each_verdict_by_the_word_the_reports_show(tmp_path):
+    from harness.grade import scenario_entry
+
+    idle = verdict("ack_after_commit", exercised=False, summary_="no crash")
+    result = {"scenario": {"name": "s", "level": 3, "requirements": ["BE-JOB-001"]}, "verdict": "valid", "seed": 1,
+              "verdicts": [idle, verdict("lost_accepted_work")]}
+    got = scenario_entry(result, tmp_path / "s", tmp_path, 1.0)
+    assert [v["shown"] for v in got["verdicts"]] == ["not exercised", "valid"]
