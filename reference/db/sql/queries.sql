@@ -528,10 +528,17 @@ WHERE object_key IN (
 RETURNING object_key;
 
 -- name: doomed_staged_uploads
--- Sweeper: objects to delete (doomed now or by an earlier sweep whose delete failed).
+-- Sweeper: objects to delete (doomed now or by an earlier sweep whose delete failed), but those whose delete was
+-- refused earlier in this sweep.
 SELECT object_key FROM staged_uploads WHERE doomed_at IS NOT NULL
+   AND NOT (object_key = ANY(%(skip)s::text[]))
 ORDER BY doomed_at, object_key
 LIMIT %(batch)s;
+
+-- name: postpone_staged_uploads
+-- Sweeper: doomed objects whose delete the store refused (403 ...) stay doomed (never recorded again) and go
+-- behind every other doomed object: they are retried each sweep, after the others, and never block them.
+UPDATE staged_uploads SET doomed_at = now() WHERE object_key = ANY(%(keys)s::text[]) AND doomed_at IS NOT NULL;
 
 -- name: forget_staged_uploads
 -- Sweeper: the objects are deleted; their records go too.

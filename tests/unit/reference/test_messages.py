@@ -53,7 +53,8 @@ def test_timestamps_are_rfc3339_utc():
     lambda d: d.update(variants=["thumbnail", "thumbnail"]),
     lambda d: d.update(variants=["watermark"]),
     lambda d: d.update(url="http://example.invalid/x.jpg"),
-    lambda d: d.update(tracestate="k=http://evil"),
+    # (tracestate "k=http://evil" is no longer poison: jobs.schema.json judges a URL by what it points at, and this
+    # one names no storage — see message_hygiene in docs/CONTRACT.md.)
     lambda d: d.pop("expires_at"),
     lambda d: d.update(created_at="2026-11-29 12:00:00"),
     lambda d: d.update(schema_version=2),
