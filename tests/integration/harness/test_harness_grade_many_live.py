@@ -40,16 +40,17 @@ def test_grade_many_reference_go_example_and_a_broken_variant(tmp_path):
     print(f"\n[grade] grade-many of 3 submissions ({CATCHES_NO_OUTBOX} each) took {took:.1f}s")
     out = done.stdout
     assert done.returncode == 1, out + done.stderr  # one submission invalid
-    assert f"base seed {SEED}" in out and "[1/3] reference" in out and "[3/3] no_outbox: INVALID" in out
+    # in the order of their sorted names (the order --shard slices)
+    assert f"base seed {SEED}" in out and "[3/3] reference" in out and "[2/3] no_outbox: INVALID" in out
     assert out.count("starting the shared stack") == 1  # one stack for the whole class
     (folder,) = tmp_path.glob(f"grade-many-*-L4-s{SEED}")
     for name in ("table.md", "table.csv", "index.html", "results.json"):
         assert (folder / name).is_file(), name
     rows = list(csv.DictReader((folder / "table.csv").open()))
-    assert [(r["name"], r["verdict"]) for r in rows] == [("reference", "valid"), ("go-pipeline", "valid"),
-                                                          ("no_outbox", "invalid")]
-    assert rows[2]["BE-JOB-001"] == "fail" and "lost_accepted_work" in rows[2]["reason"]
-    assert rows[0]["BE-JOB-001"] == rows[1]["BE-JOB-001"] == "pass"
+    assert [(r["name"], r["verdict"]) for r in rows] == [("go-pipeline", "valid"), ("no_outbox", "invalid"),
+                                                          ("reference", "valid")]
+    assert rows[1]["BE-JOB-001"] == "fail" and "lost_accepted_work" in rows[1]["reason"]
+    assert rows[0]["BE-JOB-001"] == rows[2]["BE-JOB-001"] == "pass"
     for row in rows:  # each links its own grade report, with the scenario it ran
         report = folder / row["report"]
         assert report.is_file(), row
@@ -112,3 +113,39 @@ def test_a_submission_past_its_time_limit_is_stopped_and_leaves_no_process(stack
     assert all(stack.alive(name) for name in ("postgres", "rabbitmq", "s3", "toxiproxy"))
     assert (folder / row.report).is_file()
     assert grade_many.exit_code(rows) == 2
+
+
+def test_a_class_sharded_in_two_processes_and_merged_into_one_table(tmp_path):
+    """Two shards as a CI matrix would run them (separate processes, at once, each its own stack), then merge:
+    one class table with every submission, its checklist rows, and a feedback page naming the failing scenario."""
+    class_args = ["reference", "examples/go-pipeline/adapter.toml", "tests/broken/no_outbox"]
+    common = ["--level", "4", "--seed", str(SEED), "--only", CATCHES_NO_OUTBOX, "--timeout-per-submission", "240"]
+    began = time.monotonic()
+    shards = [subprocess.Popen([sys.executable, "-m", "harness", "grade-many", *class_args, *common,
+                                "--shard", f"{i}/2", "--reports", str(tmp_path / f"shard{i}")],
+                               cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for i in (1, 2)]
+    outputs = [p.communicate(timeout=540)[0] for p in shards]
+    took = time.monotonic() - began
+    print(f"\n[grade] two shards of a 3-submission class ({CATCHES_NO_OUTBOX} each) took {took:.1f}s")
+    # sorted names: go-pipeline, no_outbox, reference; round robin: shard 1 = go-pipeline + reference
+    assert shards[0].returncode == 0 and "shard 1/2 of 3" in outputs[0], outputs[0]
+    assert shards[1].returncode == 1 and "no_outbox: INVALID" in outputs[1], outputs[1]
+    folders = [next((tmp_path / f"shard{i}").glob("grade-many-*")) for i in (1, 2)]
+    merged = subprocess.run([sys.executable, "-m", "harness", "grade-many", "merge", *map(str, folders),
+                             "--reports", str(tmp_path / "merged")], cwd=REPO_ROOT, capture_output=True, text=True,
+                            timeout=60)
+    assert merged.returncode == 1, merged.stdout + merged.stderr
+    (folder,) = (tmp_path / "merged").glob("grade-many-*-merged")
+    rows = list(csv.DictReader((folder / "class.csv").open()))
+    assert [(r["name"], r["verdict"]) for r in rows] == [("go-pipeline", "valid"), ("no_outbox", "invalid"),
+                                                          ("reference", "valid")]
+    assert rows[1]["BE-JOB-001.1"] in ("fail", "unknown") or "fail" in {rows[1][k] for k in rows[1]
+                                                                         if k.startswith("BE-JOB-001.")}
+    for r in rows:
+        assert (folder / r["report"]).is_file() and (folder / r["feedback"]).is_file(), r
+        assert r["reproduce"].startswith("harness grade --sut ") and f"--seed {SEED}" in r["reproduce"]
+    feedback = (folder / "no_outbox" / "feedback.md").read_text()
+    assert f"harness run {CATCHES_NO_OUTBOX} --seed {SEED} --sut adapter.toml --level 4" in feedback
+    assert "lost_accepted_work" in feedback
+    assert "Every checklist row this grade required passed." in (folder / "reference" / "feedback.md").read_text()
