@@ -236,7 +236,7 @@ class RunGate:
     def shared(self):
         with self._cond:
             while self._exclusive or self._waiting:
-                self._cond.wait()
+                self._cond.wait(0.5)  # short waits: a time limit raised in this thread is seen within 0.5 s
             self._shared += 1
         try:
             yield
@@ -249,9 +249,12 @@ class RunGate:
     def exclusive(self):
         with self._cond:
             self._waiting += 1
-            while self._exclusive or self._shared:
-                self._cond.wait()
-            self._waiting -= 1
+            try:  # an interrupted wait (a time limit raised in this thread) must not leave the others waiting
+                while self._exclusive or self._shared:
+                    self._cond.wait(0.5)
+            finally:
+                self._waiting -= 1
+                self._cond.notify_all()
             self._exclusive = True
         try:
             yield
@@ -365,6 +368,7 @@ class SubmissionGrade:
         stack_pids = set(self.stack.pids().values())
         since = _ticks_now()
         threads_before = set(threading.enumerate())
+        self.stop_args = (stack_pids, since, threads_before)  # for interrupt() from another thread (--jobs N)
         self.thread.start()
         try:
             self.thread.join(self.timeout)
@@ -380,6 +384,11 @@ class SubmissionGrade:
         if self.error is not None:
             return "error"
         return "done"
+
+    def interrupt(self) -> None:
+        """Stop this grade from another thread (the whole run interrupted while it ran beside others)."""
+        if getattr(self, "stop_args", None) and self.thread.is_alive():
+            self.stop(*self.stop_args, settle=5.0)
 
     def stop(self, stack_pids: set[int], since: int, threads_before: set, settle: float = SETTLE_SECONDS) -> None:
         """Interrupt the grade (its teardown stops its roles), then kill by PID whatever it left running."""
@@ -471,6 +480,7 @@ class ClassGrade:
         self.gate = RunGate() if jobs > 1 else None  # several submissions at once on the one stack
         self.profile = profile  # a course profile (harness/course_profile.py): checked before anything starts
         self.results: dict[str, dict] = {}  # submission name -> its grade's results (for the class table)
+        self.active: dict[str, SubmissionGrade] = {}  # grades running now (--jobs N), stopped on an interrupt
         self._stack_lock = threading.Lock()
 
     def ensure_stack(self):
@@ -548,7 +558,11 @@ class ClassGrade:
         job = SubmissionGrade(sub, adapter, self.level, self.seed, self.only, self.stack, folder, self.timeout,
                               self.say, self.verbose, gate=self.gate)
         began = time.monotonic()
-        ended = job.run()
+        self.active[sub.name] = job
+        try:
+            ended = job.run()
+        finally:
+            self.active.pop(sub.name, None)
         if ended == "done":
             return row(None, None, job.results, _relative(job.grade_dir / "index.html", self.out))
         if ended == "did not start":
@@ -636,9 +650,16 @@ def grade_many(arguments: list[str], level: int, seed: int, *, only: list[str] |
             for position, sub in enumerate(submissions, start=1):
                 grade_one(position, sub)
         else:
-            with ThreadPoolExecutor(jobs, thread_name_prefix="submission") as pool:
+            pool = ThreadPoolExecutor(jobs, thread_name_prefix="submission")
+            try:
                 for future in [pool.submit(grade_one, k, sub) for k, sub in enumerate(submissions, start=1)]:
                     future.result()
+            except BaseException:  # Ctrl-C / SIGTERM: the grades running beside each other are stopped first
+                pool.shutdown(wait=False, cancel_futures=True)
+                for job in list(run.active.values()):
+                    job.interrupt()
+                raise
+            pool.shutdown(wait=True)
     finally:
         run.stop_stack()
     _write_all(out, rows, class_rows, meta, run)

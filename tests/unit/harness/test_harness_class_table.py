@@ -192,3 +192,35 @@ def test_the_run_gate_lets_shared_runs_overlap_and_an_exclusive_one_run_alone():
     assert log[:2] == [("in", "a"), ("in", "b")] or log[:2] == [("in", "b"), ("in", "a")]
     x = log.index(("in", "X"))
     assert log[x + 1] == ("out", "X") and x == 4  # after both shared runs left, nothing during it
+
+
+def test_a_grade_stopped_while_waiting_for_the_exclusive_side_leaves_the_gate_usable():
+    gate = grade_many.RunGate()
+    ended = []
+
+    def wants_exclusive():
+        try:
+            with gate.exclusive():
+                ended.append("ran")
+        except grade_many.SubmissionTimeout:
+            ended.append("stopped")
+
+    with gate.shared():
+        waiter = threading.Thread(target=wants_exclusive)
+        waiter.start()
+        time.sleep(0.2)
+        assert grade_many._raise_in(waiter, grade_many.SubmissionTimeout)
+        waiter.join(3)
+        assert ended == ["stopped"]
+    got = []
+
+    def shared_then_exclusive():
+        with gate.shared():
+            got.append("shared")
+        with gate.exclusive():
+            got.append("exclusive")
+
+    t = threading.Thread(target=shared_then_exclusive)
+    t.start()
+    t.join(3)
+    assert got == ["shared", "exclusive"]  # no request of the stopped grade is left behind to block the others
