@@ -557,7 +557,9 @@ class Sandbox:
                 "/bin/sh", "-c", mount_script(self.slot, argv, env, self.hide), "harness-mounts",
                 "prlimit", f"--fsize={self.limits.file_size_bytes}", "--core=0", "--",
                 "setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups", "--no-new-privs",
-                "--inh-caps=-all", "--bounding-set=-all", "--", *argv]
+                "--inh-caps=-all", "--bounding-set=-all", "--",
+                *(["/usr/bin/env", *(f"{k}={v}" for k, v in sorted(late_env(env).items()))] if late_env(env) else []),
+                *argv]
 
     def allow(self, env: dict[str, str]) -> None:
         new = ports_in_env(env) - self.ports
@@ -609,7 +611,8 @@ def run_contained(argv: list[str], env: dict[str, str], label: str, timeout: flo
     try:
         env = sandbox.environment(env)
         try:
-            done = subprocess.run(sandbox.command(argv, env), env=env, timeout=timeout, start_new_session=True,
+            done = subprocess.run(sandbox.command(argv, env), env=outer_env(env), timeout=timeout,
+                                  start_new_session=True,
                                   **popen)
             returncode = done.returncode
         except subprocess.TimeoutExpired:
@@ -617,6 +620,19 @@ def run_contained(argv: list[str], env: dict[str, str], label: str, timeout: flo
     finally:
         summary = sandbox.close()
     return returncode, {**sandbox.describe(), "end": summary}
+
+
+def late_env(env: dict[str, str]) -> dict[str, str]:
+    """Variables set only for the role's own program, not for the wrapper before it: a preloaded library (the
+    clock-skew roles' libfaketime) would otherwise load into the root shell that mounts, and its shared semaphore
+    in the host's /dev/shm would be out of reach of the role once /dev/shm is its own."""
+    return {k: v for k, v in env.items() if k == "LD_PRELOAD" or k.startswith("FAKETIME")}
+
+
+def outer_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment to start the wrapper of ``Sandbox.command`` with (``late_env`` is set by its last step)."""
+    late = late_env(env)
+    return {k: v for k, v in env.items() if k not in late}
 
 
 def scrubbed_env(env: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:

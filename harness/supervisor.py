@@ -153,6 +153,7 @@ class Supervisor:
             if self.sandbox is not None:
                 env = self.sandbox.environment(env)
                 argv = self.sandbox.command(instance.command, env)
+                env = isolation.outer_env(env)  # LD_PRELOAD and FAKETIME* are set by the wrapper's last step
             instance.process = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True)

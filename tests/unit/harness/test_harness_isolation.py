@@ -125,3 +125,18 @@ def test_sandbox_refuses_when_the_machine_cannot_isolate(monkeypatch):
     monkeypatch.setattr(isolation, "check", lambda: ["no usable cgroups"])
     with pytest.raises(isolation.IsolationError, match="no usable cgroups.*--no-isolation"):
         isolation.Sandbox("run")
+
+
+def test_a_preloaded_library_reaches_the_role_only(monkeypatch):
+    """libfaketime (clock-skew roles) must not load into the root wrapper: set by the last step, before the role."""
+    env = {"PATH": "/usr/bin", "LD_PRELOAD": "/usr/lib/faketime/libfaketime.so.1", "FAKETIME": "+5.000",
+           "FAKETIME_DONT_FAKE_MONOTONIC": "1", "DATABASE_URL": "postgresql://u:p@127.0.0.1:5/db"}
+    assert isolation.outer_env(env) == {"PATH": "/usr/bin", "DATABASE_URL": "postgresql://u:p@127.0.0.1:5/db"}
+    sandbox = object.__new__(isolation.Sandbox)
+    sandbox.slot, sandbox.uid, sandbox.gid, sandbox.hide = 0, 64000, 64000, []
+    sandbox.limits, sandbox.ports = isolation.Limits(), {5}
+    monkeypatch.setattr(isolation, "mount_script", lambda *a: "exec \"$@\"")
+    argv = sandbox.command(["/usr/bin/python3", "-c", "pass"], env)
+    tail = argv[argv.index("--bounding-set=-all") + 2:]
+    assert tail == ["/usr/bin/env", "FAKETIME=+5.000", "FAKETIME_DONT_FAKE_MONOTONIC=1",
+                    "LD_PRELOAD=/usr/lib/faketime/libfaketime.so.1", "/usr/bin/python3", "-c", "pass"]
