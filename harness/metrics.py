@@ -9,6 +9,8 @@ event per instance in the history; checkers read those events, never the endpoin
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from . import http_clients
@@ -22,14 +24,40 @@ def instance_env(template: dict[str, str], port: int) -> dict[str, str]:
     return {name: str(value).replace(PORT_PLACEHOLDER, str(port)) for name, value in template.items()}
 
 
+_SELECTOR = re.compile(r'^\s*(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(?P<labels>[^}]*)\})?\s*$')
+_MATCHER = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def selector(spec: str) -> tuple[str, dict[str, str]] | None:
+    """``name`` or ``name{label="value",...}`` (equality matchers only) -> (name, labels); None if malformed."""
+    match = _SELECTOR.match(spec or "")
+    if not match:
+        return None
+    labels, rest = {}, (match.group("labels") or "").strip()
+    while rest:
+        m = _MATCHER.match(rest)
+        if not m:
+            return None
+        labels[m.group(1)] = m.group(2)
+        rest = rest[m.end():].strip()
+    return match.group("name"), labels
+
+
 def totals(text: str, names: set[str]) -> dict[str, float]:
-    """Each named metric summed over its label sets (a counter's ``_total`` sample; ``_created`` is ignored)."""
+    """Each named metric summed over its label sets (a counter's ``_total`` sample; ``_created`` is ignored). A name
+    may carry a label selector, ``jobs_total{outcome="expired"}``: only the samples with those labels count."""
+    wanted = {spec: selector(spec) for spec in names}
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in names or (family.name in names and sample.name == family.name + "_total"):
-                key = sample.name if sample.name in names else family.name
-                out[key] = out.get(key, 0.0) + float(sample.value)
+            for spec, parsed in wanted.items():
+                if parsed is None:
+                    continue
+                name, labels = parsed
+                if not (sample.name == name or (family.name == name and sample.name == family.name + "_total")):
+                    continue
+                if all(sample.labels.get(k) == v for k, v in labels.items()):
+                    out[spec] = out.get(spec, 0.0) + float(sample.value)
     return out
 
 

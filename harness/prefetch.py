@@ -16,8 +16,9 @@ class ChannelSample:
     at: float
     channel: str
     prefetch: int
-    unacked: int
+    unacked: int  # the channel's messages_unacknowledged: shared by every consumer on that channel
     consumer: str = ""
+    tick: int | None = None  # one read of every consumer (samples of one read share it; else their `at`)
 
 
 @dataclass
@@ -59,11 +60,27 @@ def read_consumers(client, vhost: str, queue: str) -> list[ChannelSample]:
     return samples
 
 
+def channel_bound(group: list[ChannelSample]) -> tuple[int, int]:
+    """(consumers, the most deliveries they may hold together) for the samples of one channel at one read: the
+    unacked count is the channel's, so several consumers on one channel (per-consumer prefetch, basic.qos
+    global=false) are bounded by the sum of their prefetches, never each by its own."""
+    prefetch = {s.consumer: s.prefetch for s in group}
+    return len(prefetch), sum(prefetch.values())
+
+
 def evaluate(samples: list[ChannelSample], limit: int | None = None) -> PrefetchVerdict:
-    """Unacked ≤ prefetch on every sample; a prefetch of 0 means unlimited, which itself is a violation.
-    With `limit` (the implementation's declared prefetch), prefetch and unacked above it are violations too."""
-    violations = [s for s in samples if s.prefetch == 0 or s.unacked > s.prefetch
-                  or (limit is not None and max(s.prefetch, s.unacked) > limit)]
+    """Unacked ≤ prefetch on every channel at every read (the sum of its consumers' prefetches); a prefetch of 0
+    means unlimited, which itself is a violation. With `limit` (the implementation's declared prefetch per
+    consumer), a prefetch above it, or a channel's unacked above it times its consumers, are violations too."""
+    groups: dict[tuple, list[ChannelSample]] = {}
+    for s in samples:
+        groups.setdefault((s.tick if s.tick is not None else s.at, s.channel), []).append(s)
+    violations = []
+    for group in groups.values():
+        consumers, bound = channel_bound(group)
+        unacked = max(s.unacked for s in group)
+        over = unacked > bound or (limit is not None and unacked > limit * consumers)
+        violations += [s for s in group if over or s.prefetch == 0 or (limit is not None and s.prefetch > limit)]
     prefetches = {s.prefetch for s in samples}
     return PrefetchVerdict(ok=bool(samples) and not violations, max_unacked=max((s.unacked for s in samples), default=0),
                            prefetch=max(prefetches) if prefetches else None, samples=len(samples),

@@ -2,14 +2,18 @@
 
 While a backlog drains, the runner samples every consumer of the work queue from the RabbitMQ management
 API (``consumer`` history lines: prefetch_count and the channel's messages_unacknowledged). Invalid when a
-consumer's prefetch is 0 (unlimited), when its unacked deliveries exceed its prefetch, or when either exceeds
-the prefetch limit the adapter declares (``[limits] prefetch``). Too few samples with a consumer holding
-deliveries prove nothing: unknown.
+consumer's prefetch is 0 (unlimited), when a channel's unacked deliveries exceed the prefetch of its consumers
+(their sum: several consumers may share one channel, each with its own prefetch), or when either exceeds the
+prefetch limit the adapter declares (``[limits] prefetch``, per consumer). Too few samples with a consumer holding
+deliveries prove nothing: unknown. So does a bound the backlog never reached: a finite prefetch proves a bound only
+when more work waited than the consumers may hold (the backlog — uploads accepted before the consumers were
+released — must exceed the declared prefetch × the consumers seen at once), and without a declared prefetch the
+harness cannot tell a bound from a large number (unknown).
 """
 
 from __future__ import annotations
 
-from ..prefetch import ChannelSample, evaluate
+from ..prefetch import ChannelSample, channel_bound, evaluate
 from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, seed_of
 
 NAME = "bounded_concurrency"
@@ -29,16 +33,20 @@ def check(history, final, run) -> Verdict:
         return Verdict(NAME, VALID, REQUIREMENTS, "no consumer sampling in this scenario", exercised=False,
                        seed=seed_of(run))
     samples = {id(e): ChannelSample(e["wall"], e.get("channel") or "", int(e.get("prefetch") or 0),
-                                    int(e.get("unacked") or 0), e.get("consumer_tag") or "") for e in lines}
+                                    int(e.get("unacked") or 0), e.get("consumer_tag") or "", e.get("tick"))
+               for e in lines}
     by_sample = {samples[id(e)]: e for e in lines}
     verdict = evaluate(list(samples.values()), limit)
     if verdict.violations:
         problems = []
         for s in verdict.violations[:20]:
             e = by_sample[s]
+            n, bound = channel_bound([o for o in samples.values() if o.channel == s.channel and o.tick == s.tick
+                                      and (o.tick is not None or o.at == s.at)] or [s])
+            shared = f" (the sum over the {n} consumers on its channel)" if n > 1 else ""
             why = ("prefetch 0 (unlimited)" if s.prefetch == 0 else
-                   f"unacked {s.unacked} > prefetch {s.prefetch}" if s.unacked > s.prefetch else
-                   f"prefetch {s.prefetch} / unacked {s.unacked} above the declared limit {limit}")
+                   f"unacked {s.unacked} > prefetch {bound}{shared}" if s.unacked > bound else
+                   f"prefetch {s.prefetch} / unacked {s.unacked} above the declared limit {limit}{shared}")
             problems.append(evidence(f"consumer {s.consumer}: {why}", events=[e], consumer_tag=s.consumer,
                                      channel=s.channel, prefetch=s.prefetch, unacked=s.unacked, limit=limit))
         consumers = sorted({s.consumer for s in verdict.violations})
@@ -56,5 +64,32 @@ def check(history, final, run) -> Verdict:
     if len(busy_ticks) < need:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"too few samples to judge (need {need} ticks with deliveries "
                        f"in flight): {summary}", evidence=facts, seed=seed_of(run))
+    if limit is None:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, "the adapter declares no prefetch ([limits] prefetch): a "
+                       f"finite prefetch cannot be told from one too large to bound anything; {summary}",
+                       evidence=facts, seed=seed_of(run))
+    per_tick: dict = {}
+    for s in samples.values():
+        per_tick.setdefault(s.tick, set()).add(s.consumer)
+    consumers = max((len(c) for c in per_tick.values()), default=0)
+    backlog = backlog_of(history)
+    facts.append(evidence(f"backlog {backlog} against the declared prefetch {limit} × {consumers} consumers",
+                          backlog=backlog, limit=limit, consumers_at_once=consumers))
+    if backlog <= int(limit) * consumers:
+        return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"the bound was never reached: a backlog of {backlog} does not "
+                       f"exceed the declared prefetch {limit} × {consumers} consumers, so every waiting message "
+                       f"may be held at once whatever the bound; {summary}", evidence=facts, seed=seed_of(run))
     return Verdict(NAME, VALID, REQUIREMENTS, f"unacked within prefetch: {summary}", evidence=facts,
                    seed=seed_of(run))
+
+
+def backlog_of(history) -> int:
+    """Uploads accepted (202) before the consumers were released — the first ``hold_end`` after the sampling
+    started, else every accepted upload: the most work that waited for them at once."""
+    start = next((e for e in history.of_type("phase") if e.get("name") == "consumer_sampling_start"), None)
+    ends = [e for e in history.of_type("phase") if e.get("name") == "hold_end"
+            and (start is None or e.get("fault") == start.get("fault"))]
+    until = min((e["wall"] for e in ends), default=None)
+    accepted = {ok.get("attachment_id") for _, ok in history.accepted()
+                if until is None or ok["wall"] <= until}
+    return len(accepted - {None})

@@ -7,10 +7,15 @@ the roles is at least the number of expired jobs. A counter lower than that is `
 serving it was restarted during the run (a process's counter starts again from zero), or could not be read,
 which makes the check ``unknown``. A sum above it is noted (one expired job counted on more than one delivery,
 say), not judged: the seed asks that expiry be counted apart from success and failure, not how.
+
+The metric must be one of expiry: its name says so (``expired``/``expiry``/``expire``), or a label selector the
+adapter gives with it does (``jobs_total{outcome="expired"}``). Any other counter — ``http_requests_total``, a
+counter of every finished job — could be large enough by chance and proves nothing: ``unknown``, with the reason.
 """
 
 from __future__ import annotations
 
+from ..metrics import selector
 from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, expiry_code, final_read_ok, seed_of
 
 NAME = "expiry_metric"
@@ -21,6 +26,16 @@ def expired_attachments(final: dict, code: str) -> list[str]:
     return sorted(a for a, record in (final.get("attachments") or {}).items()
                   if ((record or {}).get("body") or {}).get("state") == "failed"
                   and ((record or {}).get("body") or {}).get("error_code") == code)
+
+
+def names_expiry(metric: str) -> bool:
+    """Whether the metric (with its label selector, if any) is one of expiry by its own words."""
+    parsed = selector(metric)
+    if parsed is None:
+        return False
+    name, labels = parsed
+    words = [name, *labels.values()]
+    return any("expir" in w.lower() for w in words)
 
 
 def restarted_instances(history, roles: set[str]) -> list[str]:
@@ -49,6 +64,11 @@ def check(history, final, run) -> Verdict:
     if not metric:
         return verdict(UNKNOWN, f"{len(expired)} jobs ended expired, but the adapter names no expiry metric "
                                 "([expiry] metric): the metric the seed asks for could not be read", exercised=False)
+    if not names_expiry(metric):
+        return verdict(UNKNOWN, f"{len(expired)} jobs ended expired, but the adapter's expiry metric {metric!r} is "
+                                "not one of expiry (neither its name nor a label selector such as "
+                                "outcome=\"expired\" says so): a counter of something else proves nothing about "
+                                "expiry however large it is", exercised=False)
     reads = history.of_type("metrics")
     if not reads:
         return verdict(UNKNOWN, f"{len(expired)} jobs ended expired but no /metrics was read", exercised=False)

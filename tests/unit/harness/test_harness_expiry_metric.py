@@ -92,3 +92,30 @@ def test_jobs_expired_only_by_a_non_consumer_role_count_through_that_roles_metri
     v = check(b)
     assert (v.status, v.exercised) == ("valid", True), v.summary
     assert v.evidence[0]["per_instance"]["sweeper"] == 2
+
+
+def test_a_metric_that_is_not_one_of_expiry_proves_nothing():
+    """Issue 20, item 5: any counter large enough passed before (valid); now only a metric of expiry counts."""
+    for other in ("http_requests_total", "shop_jobs_total", 'shop_jobs_total{outcome="failed"}'):
+        b = builder(metric=other)
+        for instance in ("api", "worker"):
+            b.add(20, "metrics", instance=instance, role=instance, url="http://127.0.0.1:1/m", alive=True, ok=True,
+                  values={other: 500.0})
+        v = check(b)
+        assert v.status == "unknown" and "not one of expiry" in v.summary, (other, v.summary)
+    labelled = 'shop_jobs_total{outcome="expired"}'
+    b = builder(metric=labelled)
+    b.add(20, "metrics", instance="worker", role="worker", url="http://127.0.0.1:1/m", alive=True, ok=True,
+          values={labelled: 2.0})
+    assert check(b).status == "valid"
+
+
+def test_a_label_selector_counts_only_its_samples():
+    text = ('# TYPE shop_jobs counter\n'
+            'shop_jobs_total{outcome="expired",role="worker"} 2\nshop_jobs_total{outcome="ready",role="worker"} 40\n'
+            'shop_jobs_total{outcome="expired",role="sweeper"} 3\n')
+    spec = 'shop_jobs_total{outcome="expired"}'
+    assert totals(text, {spec}) == {spec: 5.0}
+    assert totals(text, {"shop_jobs_total"}) == {"shop_jobs_total": 45.0}
+    assert totals(text, {'shop_jobs_total{outcome="expired",role="sweeper"}'}) == {
+        'shop_jobs_total{outcome="expired",role="sweeper"}': 3.0}

@@ -11,15 +11,20 @@ SAMPLED = {"name": "prefetch-under-backlog", "checks": ["bounded_concurrency"]}
 EXPIRY = {"name": "expiry-after-backlog", "checks": ["expiry"]}
 
 
-def sampled(unacked_by_tick, prefetch=2, limit=2, consumers=("amq.ctag-1",)):
-    """A held worker released at 5 s, then one consumer line per consumer per tick (every 0.15 s)."""
+def sampled(unacked_by_tick, prefetch=2, limit=2, consumers=("amq.ctag-1",), backlog=40, channels=None):
+    """A held worker: ``backlog`` uploads accepted before its release at 5 s, then one consumer line per consumer
+    per tick (every 0.15 s). ``channels``: each consumer's channel (default: one channel each)."""
     b = Builder(scenario=SAMPLED)
     b.run["adapter"]["limits"] = {"prefetch": limit} if limit else {}
-    b.add(5.0, "phase", name="consumer_sampling_start", queue="work", fault=0)
+    b.add(0.5, "phase", name="consumer_sampling_start", queue="work", fault=0)
+    for n in range(backlog):
+        b.upload(1.0 + 0.05 * n, f"00000000-0000-4000-8000-{n:012d}", job_id=f"j{n}", op=f"u{n}")
+    b.add(5.0, "phase", name="hold_end", roles=["worker"], instances=["worker"], fault=0)
     for tick, unacked in enumerate(unacked_by_tick, start=1):
         for n, tag in enumerate(consumers):
+            channel = (channels or {}).get(tag, f"127.0.0.1:5{n} -> 127.0.0.1:5672 (1)")
             b.add(5.0 + 0.15 * tick, "consumer", queue="work", tick=tick, consumers=len(consumers), consumer_tag=tag,
-                  channel=f"127.0.0.1:5{n} -> 127.0.0.1:5672 (1)", prefetch=prefetch, unacked=unacked)
+                  channel=channel, prefetch=prefetch, unacked=unacked)
     return b
 
 
@@ -47,7 +52,32 @@ def test_bounded_concurrency_catches_unlimited_prefetch_and_the_declared_limit()
     above = sampled([10, 30, 40, 20, 10, 5], prefetch=50, limit=2)
     verdict = bounded_concurrency.check(above.history(), above.final, above.run)
     assert verdict.status == INVALID and "declared limit 2" in verdict.evidence[0]["message"]
-    assert bounded_concurrency.check(above.history(), above.final, {**above.run, "adapter": {}}).status == VALID
+    # Undeclared, a prefetch of 50 cannot be told from a bound (issue 20, item 9: valid before).
+    assert bounded_concurrency.check(above.history(), above.final, {**above.run, "adapter": {}}).status == UNKNOWN
+
+
+def test_bounded_concurrency_unknown_when_the_backlog_never_reached_the_bound():
+    """Issue 20, item 9: a prefetch of 10 000, declared, against a 40-message backlog: every message may be held at
+    once, the bound proves nothing (valid before: unacked 40 ≤ prefetch 10 000)."""
+    huge = sampled([5, 40, 40, 38, 30, 20, 10, 5], prefetch=10000, limit=10000)
+    verdict = bounded_concurrency.check(huge.history(), huge.final, huge.run)
+    assert verdict.status == UNKNOWN and "never reached" in verdict.summary, verdict.summary
+    assert "backlog of 40" in verdict.summary and "10000 × 1 consumers" in verdict.summary
+    # Two consumers with prefetch 20 against the same backlog: 40 ≤ 2 × 20, not reached either.
+    pair = sampled([5, 20, 20, 10], prefetch=20, limit=20, consumers=("amq.ctag-1", "amq.ctag-2"))
+    assert bounded_concurrency.check(pair.history(), pair.final, pair.run).status == UNKNOWN
+
+
+def test_bounded_concurrency_two_consumers_on_one_channel_are_bounded_by_their_prefetches_together():
+    """A false alarm before issue 20: two consumers on one channel, each with prefetch 2 (basic.qos per consumer):
+    the channel's unacked (up to 4) was read against each consumer's prefetch alone (invalid before)."""
+    one_channel = {"amq.ctag-1": "127.0.0.1:50 -> 127.0.0.1:5672 (1)", "amq.ctag-2": "127.0.0.1:50 -> 127.0.0.1:5672 (1)"}
+    b = sampled([2, 3, 4, 4, 4, 3, 4, 2], consumers=("amq.ctag-1", "amq.ctag-2"), channels=one_channel)
+    verdict = bounded_concurrency.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID, verdict.summary
+    over = sampled([2, 4, 5, 4], consumers=("amq.ctag-1", "amq.ctag-2"), channels=one_channel)
+    verdict = bounded_concurrency.check(over.history(), over.final, over.run)
+    assert verdict.status == INVALID and "unacked 5 > prefetch" in verdict.evidence[0]["message"], verdict.summary
 
 
 def test_bounded_concurrency_unknown_with_too_few_samples_and_silent_elsewhere():
