@@ -10,7 +10,10 @@ the worker deduplicates (at-least-once). The relay wakes on LISTEN/NOTIFY
 end the session; it reconnects with jittered backoff. A row the broker refuses
 is deferred with backoff; a row whose message can never pass the message schema
 is never deferred: it is settled as dead and its job ends ``failed`` with
-``unpublishable_message`` (metric ``reference_outbox_publish_failures_total{kind="unpublishable"}``).
+``unpublishable_message`` (metric ``reference_outbox_publish_failures_total{kind="unpublishable"}``). A row the
+broker returns for want of a route (a pipeline version no worker declared a queue for) is deferred for
+OUTBOX_UNROUTABLE_GIVE_UP_SECONDS after the row was written, then settled the same way with ``unroutable``
+(``kind="unroutable"``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ PUBLISH_TIMEOUT_SECONDS = 10.0
 CONTENDED_WAIT_SECONDS = 0.2
 # error_code of a job whose message can never pass schemas/jobs.schema.json (terminal, never retried).
 UNPUBLISHABLE_ERROR_CODE = "unpublishable_message"
+UNROUTABLE_ERROR_CODE = "unroutable"
 
 
 class Relay:
@@ -155,7 +159,11 @@ class Relay:
                 await self.failpoints.ahit("after_publish_before_confirm")
             if confirmed:
                 await work.execute(queries().outbox_mark_published, {"ids": confirmed})
+            unroutable = []
             for row, outcome in refused:
+                if _no_route(outcome) and (row.get("age_seconds") or 0.0) >= self.settings.outbox_unroutable_give_up_seconds:
+                    unroutable.append((row, outcome))
+                    continue
                 delay = self.row_backoff.delay(row["publish_attempts"])
                 metrics.OUTBOX_FAILURES.labels("refused").inc()
                 log.warning("outbox row %s refused by the broker (%s); retry in %.2fs", row["id"], outcome, delay)
@@ -164,23 +172,31 @@ class Relay:
                 })
             for row, exc in unpublishable:
                 await self._bury(work, row, exc)
+            for row, outcome in unroutable:
+                # Issue 23 defect 6: no queue is bound for the row's routing key (a reprocess to a pipeline version
+                # no worker ever declared) and none was for OUTBOX_UNROUTABLE_GIVE_UP_SECONDS: a terminal outcome,
+                # never a deferral without end.
+                await self._bury(work, row, outcome, error_code=UNROUTABLE_ERROR_CODE, kind="unroutable")
         metrics.OUTBOX_PUBLISHED.inc(len(confirmed))
         if broken is not None:
             metrics.OUTBOX_FAILURES.labels("connection").inc()
             raise broken if isinstance(broken, Exception) else ConnectionError(str(broken))
-        return len(confirmed) + len(unpublishable)
+        return len(confirmed) + len(unpublishable) + len(unroutable)
 
-    async def _bury(self, work: psycopg.AsyncConnection, row, exc: InvalidMessage) -> None:
-        """Terminal outcome of a row whose message can never be published: the row is settled (dead) and,
-        when it carries the job's current queued attempt, the job ends failed/UNPUBLISHABLE_ERROR_CODE."""
+    async def _bury(self, work: psycopg.AsyncConnection, row, exc: BaseException,
+                    error_code: str = None, kind: str = "unpublishable") -> None:
+        """Terminal outcome of a row whose message can never be published (or routed): the row is settled (dead)
+        and, when it carries the job's current queued attempt, the job ends failed with ``error_code``
+        (UNPUBLISHABLE_ERROR_CODE unless given)."""
+        error_code = error_code or UNPUBLISHABLE_ERROR_CODE
         cursor = await work.execute(queries().outbox_bury_unpublishable, {
-            "id": row["id"], "error": str(exc)[:500], "error_code": UNPUBLISHABLE_ERROR_CODE, "actor": "relay",
+            "id": row["id"], "error": str(exc)[:500], "error_code": error_code, "actor": "relay",
         })
         done = await cursor.fetchone()
-        metrics.OUTBOX_FAILURES.labels("unpublishable").inc()
+        metrics.OUTBOX_FAILURES.labels(kind).inc()
         if done and done["failed_job_id"] is not None:
             log.error("outbox row %s of job %s attempt %s can never be published (%s): job failed/%s",
-                      row["id"], row["job_id"], row["attempt"], exc, UNPUBLISHABLE_ERROR_CODE)
+                      row["id"], row["job_id"], row["attempt"], exc, error_code)
         else:
             log.error("outbox row %s of job %s attempt %s can never be published (%s): row settled, "
                       "the job is not queued at that attempt", row["id"], row["job_id"], row["attempt"], exc)
@@ -193,6 +209,12 @@ class Relay:
         if not isinstance(result, Basic.Ack):
             raise aio_pika.exceptions.DeliveryError(None, result)
         return True
+
+
+def _no_route(outcome: BaseException) -> bool:
+    """The broker returned the message: no queue is bound for its routing key (basic.return 312 NO_ROUTE)."""
+    frame = getattr(outcome, "frame", None)
+    return isinstance(frame, Basic.Return) and getattr(frame, "reply_code", None) == 312
 
 
 def build_message(row) -> aio_pika.Message:

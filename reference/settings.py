@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     sweep_interval_seconds: float = Field(10.0, gt=0)
     relay_poll_seconds: float = Field(1.0, gt=0)
     relay_batch_size: int = Field(100, ge=1, le=10_000)
+    # An outbox row the broker returns for want of a route (a pipeline version no worker ever declared a queue for)
+    # is deferred this long after it was written, then settled for good: its job ends failed/unroutable.
+    outbox_unroutable_give_up_seconds: float = Field(3600.0, gt=0)
     # A queued job whose message was lost (dead-lettered while the DB was down,
     # purged queue, ...) is republished by the sweeper after this long.
     stale_queued_seconds: float = Field(300.0, gt=0)

@@ -33,6 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aio_pika
+
 from reference import brokers, metrics, topology
 from reference.db.pool import open_pool
 from reference.db.queries import queries
@@ -207,6 +209,11 @@ class Sweeper:
             finally:
                 if not channel.is_closed:
                     await channel.close()
+        except aio_pika.exceptions.ChannelNotFoundEntity:
+            # No such queue (a pipeline version no worker declared yet): the broker closed that channel only; the
+            # connection is fine and kept (issue 23 defect 6: it was closed and reopened on every sweep).
+            log.info("%s does not exist; lost-message check skipped", queue_name)
+            return None
         except Exception as exc:  # no broker, no queue yet: nothing can be republished now anyway
             log.info("depth of %s unknown (%s: %s); lost-message check skipped", queue_name, type(exc).__name__, exc)
             await self._close_amqp()

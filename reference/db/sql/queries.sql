@@ -383,7 +383,8 @@ FROM dlq_replays WHERE request_id = %(request_id)s ORDER BY id;
 -- Relay: due rows, locked for the length of the publish; SKIP LOCKED lets
 -- several relays share the table.
 SELECT o.id, o.job_id, o.attempt, o.publish_attempts, j.attachment_id, j.pipeline_version, j.variants,
-       j.created_at, j.expires_at, j.traceparent, j.tracestate
+       j.created_at, j.expires_at, j.traceparent, j.tracestate,
+       EXTRACT(EPOCH FROM (now() - o.created_at))::float8 AS age_seconds
 FROM outbox o JOIN jobs j USING (job_id)
 WHERE o.published_at IS NULL AND o.available_at <= now()
 ORDER BY o.available_at, o.id

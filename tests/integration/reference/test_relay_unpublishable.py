@@ -87,3 +87,41 @@ def test_unpublishable_rows_end_their_jobs_and_the_relay_goes_on(pipeline, monke
     assert status["state"] == "failed" and status["error_code"] == "unpublishable_message", status
     assert_event_path(pipeline.events(unknown_variant["attachment_id"]))
     assert pipeline.roles["relay"].alive()
+
+
+@pytest.mark.timeout(150)
+def test_unroutable_rows_get_a_terminal_outcome_and_the_relay_goes_on(pipeline, monkeypatch):
+    """Issue 23 defect 6: a reprocess to a pipeline version no worker ever declared a queue for is returned by the
+    broker (mandatory publish, no route) on every try. Deferred for OUTBOX_UNROUTABLE_GIVE_UP_SECONDS (a worker
+    of that version may still start), then settled for good: the row is dead and the job ends failed with
+    error_code ``unroutable`` through legal transitions, never deferred forever; the other rows keep flowing."""
+    roles_from(pipeline, monkeypatch)
+    metrics_port = free_port()
+    pipeline.start_all(relay={"OUTBOX_UNROUTABLE_GIVE_UP_SECONDS": "4", "METRICS_PORT": metrics_port})
+    first = pipeline.upload(sample_jpeg(60)).json()
+    assert_ready(pipeline, first["attachment_id"], timeout=45)
+    created = pipeline.http.post(f"{pipeline.api_url}/v1/admin/attachments/{first['attachment_id']}/reprocess",
+                                 json={"pipeline_version": 7, "reason": "a version nobody runs"},
+                                 headers={"Authorization": f"Bearer {pipeline.env['OPERATOR_TOKEN']}"}, timeout=10)
+    assert created.status_code == 202, created.text
+    job_id = created.json()["job_id"]
+
+    def settled():
+        rows = pipeline.sql("SELECT state, error_code FROM jobs WHERE job_id = %s", (job_id,))
+        return rows[0] if rows[0]["state"] != "queued" else None
+
+    try:
+        job = wait_for(settled, 40, interval=0.5, what="the unroutable job to settle")
+    finally:
+        print("outbox:", pipeline.sql("SELECT publish_attempts, published_at IS NOT NULL AS settled, last_error "
+                                      "FROM outbox WHERE job_id = %s", (job_id,)))
+    assert (job["state"], job["error_code"]) == ("failed", "unroutable"), job
+    rows = pipeline.sql("SELECT published_at, last_error FROM outbox WHERE job_id = %s", (job_id,))
+    assert len(rows) == 1 and rows[0]["published_at"] is not None and rows[0]["last_error"].startswith("dead:")
+    events = [e for e in pipeline.events(first["attachment_id"]) if e.get("pipeline_version") == 7]
+    assert [(e["from"], e["to"]) for e in events] == [
+        (None, "queued"), ("queued", "processing"), ("processing", "failed")], events
+    assert "unroutable" in events[-1]["reason"], events
+    assert re.search(r'reference_outbox_publish_failures_total\{kind="unroutable"\} 1\.0', scrape(metrics_port))
+    later = pipeline.upload(sample_jpeg(61)).json()  # the relay goes on
+    assert_ready(pipeline, later["attachment_id"], timeout=45)

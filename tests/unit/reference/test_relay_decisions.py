@@ -244,6 +244,22 @@ def test_row_whose_message_breaks_the_contract_is_settled_dead_not_deferred():
     assert batch.journal[-1] == "commit"
 
 
+def test_a_row_unroutable_past_the_give_up_time_is_settled_dead_and_a_young_one_deferred():
+    """Issue 23 defect 6: a row the broker returns for want of a route (a pipeline version no worker declared) is
+    deferred while it is young (a worker of that version may still start), and settled for good once it is older
+    than OUTBOX_UNROUTABLE_GIVE_UP_SECONDS: its job ends failed/unroutable, never deferred without end. A refusal
+    that is not a missing route (a nack: the queue is full) is deferred whatever the row's age."""
+    young, old, full = (dict(outbox_row(1), age_seconds=5.0), dict(outbox_row(2), age_seconds=4000.0),
+                        dict(outbox_row(3), age_seconds=4000.0))
+    batch = Batch([(young, "return"), (old, "return"), (full, "nack")])
+
+    assert batch.drain() == 1  # the settled row is progress
+
+    assert sorted(batch.deferred()) == [1, 3]
+    buried = batch.work.params("outbox_bury_unpublishable")
+    assert [(p["id"], p["error_code"]) for p in buried] == [(2, "unroutable")] and "NO_ROUTE" in buried[0]["error"]
+
+
 # ------------------------------------------------------------------ no answer
 
 

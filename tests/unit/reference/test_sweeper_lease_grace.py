@@ -92,3 +92,30 @@ def test_an_outage_the_pool_waited_out_still_gives_cut_off_workers_their_grace(m
         assert 7.5 < sweeper._grace_until - loop.time() <= 8.0
 
     asyncio.run(scenario())
+
+
+def test_a_version_queue_that_does_not_exist_keeps_the_broker_connection():
+    """Issue 23 defect 6: the passive declare of a queue nobody declared (a pipeline version without workers)
+    closes that channel only; the sweeper keeps its connection instead of reconnecting on every sweep."""
+    import aio_pika
+
+    class Channel:
+        is_closed = True  # the broker closed it with the 404
+
+        async def declare_queue(self, name, passive):
+            raise aio_pika.exceptions.ChannelNotFoundEntity(404, f"NOT_FOUND - no queue '{name}'")
+
+    class Connection:
+        is_closed = False
+        closed = 0
+
+        async def channel(self):
+            return Channel()
+
+        async def close(self):
+            Connection.closed += 1
+
+    sweeper = sweeper_module.Sweeper.__new__(sweeper_module.Sweeper)
+    connection = sweeper._amqp = Connection()
+    assert asyncio.run(sweeper._work_queue_ready("attachments.jobs.process.v7")) is None
+    assert sweeper._amqp is connection and Connection.closed == 0
