@@ -84,12 +84,14 @@ def check(history, final, run) -> Verdict:
 
 
 def backlog_of(history) -> int:
-    """Uploads accepted (202) before the consumers were released — the first ``hold_end`` after the sampling
-    started, else every accepted upload: the most work that waited for them at once."""
+    """What waited for the consumers when they were released (the ``hold_end`` of the step that started the
+    sampling, else the whole run): the uploads accepted (202) by then, or the messages the tap saw reach the work
+    queue by then, whichever is more."""
     start = next((e for e in history.of_type("phase") if e.get("name") == "consumer_sampling_start"), None)
     ends = [e for e in history.of_type("phase") if e.get("name") == "hold_end"
             and (start is None or e.get("fault") == start.get("fault"))]
     until = min((e["wall"] for e in ends), default=None)
     accepted = {ok.get("attachment_id") for _, ok in history.accepted()
                 if until is None or ok["wall"] <= until}
-    return len(accepted - {None})
+    published = [m for m in history.of_type("message") if until is None or m["wall"] <= until]
+    return max(len(accepted - {None}), len(published))
