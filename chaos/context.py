@@ -254,29 +254,35 @@ class FaultContext:
                                 returncode=info["returncode"])
             self.schedule_restart(instance.name, 0.5)
 
-    def look_while_down(self, name: str, limit: int = 50) -> None:
+    def look_while_down(self, name: str, limit: int = 50, within: float | None = None) -> None:
         """While a crashed instance is down, one read of every accepted job not yet seen terminal: what its crash
-        left committed is seen before anything it runs again could change it (fault_coverage's window evidence)."""
+        left committed is seen before anything it runs again could change it (fault_coverage's window evidence).
+        At most ``limit`` jobs, within ``within`` seconds (the restart waits for the look)."""
         observer = self.observer
         if observer is None:
             return
+        until = None if within is None else time.monotonic() + within
         pending = [a for a in list(observer.ids) if observer.states.get(a) not in TERMINAL][:limit]
+        read = []
         for attachment_id in pending:
             if self.stopping.is_set():
                 return
+            if until is not None and time.monotonic() > until:
+                break
             try:
                 observer.poll_one(attachment_id)
+                read.append(attachment_id)
             except Exception:
                 pass
-        self.history.append("observe", source="look_while_down", role=name, read=len(pending),
-                            ready=sorted(a for a in pending if observer.states.get(a) == "ready"))
+        self.history.append("observe", source="look_while_down", role=name, read=len(read), pending=len(pending),
+                            ready=sorted(a for a in read if observer.states.get(a) == "ready"))
 
     def schedule_restart(self, name: str, delay: float, look: str | None = None) -> None:
         began = time.monotonic()
 
         def restart():
             if look is not None:
-                self.look_while_down(look)
+                self.look_while_down(look, within=max(0.3, 0.8 * delay))
                 time.sleep(max(0.0, delay - (time.monotonic() - began)))
             if self.stopping.is_set() or name in self.held or name in self.extra_stopped:
                 return
