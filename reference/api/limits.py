@@ -103,8 +103,18 @@ class _Slot:
     def recycle(self) -> None:
         old = self.executor
         self.executor = self._new()
-        self.executor.submit(_ready)  # start its process now, not on the next request's clock
         kill_pool(old)
+
+    async def start(self, timeout: float) -> None:
+        """Recycle until a fresh process answers within ``timeout`` (its start is never a request's)."""
+        while True:
+            self.recycle()
+            try:
+                await asyncio.wait_for(asyncio.wrap_future(self.executor.submit(_ready)), timeout)
+                return
+            except Exception as exc:  # noqa: BLE001 - a start that failed or hung: another process
+                log.warning("image check process did not start (%s); retrying", type(exc).__name__)
+                await asyncio.sleep(0.5)
 
     def shutdown(self) -> None:
         kill_pool(self.executor)
@@ -117,6 +127,8 @@ class DecodeSandbox:
         self.max_pixels, self.max_side, self.retry_after = max_pixels, max_side, retry_after_seconds
         self._slots: list[_Slot] = []
         self._idle: asyncio.Queue[_Slot] | None = None
+        self._starting: set[asyncio.Task] = set()
+        self.start_timeout = max(10.0, timeout_seconds)
 
     def start(self) -> None:
         """Start the processes (blocking; call before opening connections, or from a thread)."""
@@ -129,8 +141,21 @@ class DecodeSandbox:
             slot.warm_up()
 
     def shutdown(self) -> None:
+        for task in list(self._starting):
+            task.cancel()
         for slot in self._slots:
             slot.shutdown()
+
+    def _replace(self, slot: _Slot, idle: asyncio.Queue) -> None:
+        """Replace the slot's process in the background; the slot takes work again once its new process is ready,
+        so a replacement's start is never charged to a check's time limit (issue 23 defect 1, the API's side)."""
+        async def restart() -> None:
+            await slot.start(self.start_timeout)
+            idle.put_nowait(slot)
+
+        task = asyncio.get_running_loop().create_task(restart())
+        self._starting.add(task)
+        task.add_done_callback(self._starting.discard)
 
     def _queue(self) -> asyncio.Queue:
         if self._idle is None:
@@ -149,16 +174,32 @@ class DecodeSandbox:
         from reference.inspection import ImageHeader
 
         idle = self._queue()
-        try:
-            slot = await asyncio.wait_for(idle.get(), self.timeout)
-        except asyncio.TimeoutError:
-            raise ServiceUnavailable("decoder_busy", "every image check is busy, retry later",
-                                     self.retry_after) from None
+        loop = asyncio.get_running_loop()
+        waited_until = loop.time() + self.timeout
+        data = None
+        while True:
+            try:
+                slot = await asyncio.wait_for(idle.get(), max(0.0, waited_until - loop.time()))
+            except asyncio.TimeoutError:
+                raise ServiceUnavailable("decoder_busy", "every image check is busy, retry later",
+                                         self.retry_after) from None
+            try:
+                if data is None:
+                    data = await asyncio.to_thread(_read_all, spool)
+                submitted = slot.executor.submit(inspect_isolated, data, kind, size, tail, self.max_pixels,
+                                                 self.max_side)
+                break
+            except (concurrent.futures.process.BrokenProcessPool, RuntimeError):
+                # Its process died while idle (an OOM kill): the executor refuses work at once. Replace it and
+                # take the next idle process; this check has not started, so nothing of it is charged.
+                log.warning("image check process found dead while idle: replacing it")
+                self._replace(slot, idle)
+            except BaseException:
+                idle.put_nowait(slot)  # the read failed or the request was cancelled: the process is fine
+                raise
         healthy = False
         try:
-            data = await asyncio.to_thread(_read_all, spool)
-            future = asyncio.wrap_future(slot.executor.submit(
-                inspect_isolated, data, kind, size, tail, self.max_pixels, self.max_side))
+            future = asyncio.wrap_future(submitted)
             try:
                 outcome = await asyncio.wait_for(future, self.timeout)
             except asyncio.TimeoutError:
@@ -170,9 +211,10 @@ class DecodeSandbox:
                 raise UploadRejected(422, "unreadable_image", "the image cannot be checked") from None
             healthy = True
         finally:
-            if not healthy:  # overran, died, or the request was cancelled mid-decode
-                slot.recycle()
-            idle.put_nowait(slot)
+            if healthy:
+                idle.put_nowait(slot)
+            else:  # overran, died, or the request was cancelled mid-decode: back once its replacement is ready
+                self._replace(slot, idle)
         if outcome[0] == "rejected":
             _, status, code, message = outcome
             raise UploadRejected(status, code, message)

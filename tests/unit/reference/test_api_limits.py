@@ -120,3 +120,28 @@ def test_no_free_sandbox_within_the_limit_is_a_503(sandbox):
             sandbox._queue().put_nowait(held)
 
     asyncio.run(scenario())
+
+
+def test_a_sandbox_process_killed_while_idle_is_replaced_and_the_check_still_answers(sandbox):
+    """Issue 23 defect 1, the API's side: a decode sandbox process that dies while idle (an OOM kill) broke its
+    executor, whose submit then raised outside the request's handling (a 500 for a good upload). The check must go
+    to a replacement process, its start not charged to the check's time limit."""
+    import os
+    import signal
+
+    async def scenario():
+        for slot in sandbox._slots:
+            for process in list((getattr(slot.executor, "_processes", None) or {}).values()):
+                os.kill(process.pid, signal.SIGKILL)
+        time.sleep(0.5)  # the executor notices its dead process
+        outcomes = []
+        for n in range(3):
+            sound = jpeg((80 + n, 60)) + b"junk"
+            try:
+                header = await inspect(sandbox, sound)
+                outcomes.append((header.kind, header.width))
+            except Exception as exc:  # noqa: BLE001 - recorded: the assertion shows what went wrong
+                outcomes.append(type(exc).__name__)
+        assert outcomes == [("jpeg", 80), ("jpeg", 81), ("jpeg", 82)], outcomes
+
+    asyncio.run(scenario())
