@@ -98,7 +98,9 @@ class RenderPool:
     its time limit — and only then starts its clock: the limit bounds the render's OWN decode and encode, never the
     time it queued behind a slow neighbour. A render over its limit (or cancelled) kills and replaces only its own
     process, so no neighbour's render is cancelled, broken or timed out by it; a replacement is warmed up before it
-    takes work, so its start-up is not charged to the next render either."""
+    takes work, so its start-up is not charged to the next render either. A process that dies while idle (an OOM
+    kill) leaves an executor that refuses work: the render that finds it replaces it and takes the next idle one;
+    a replacement that does not start within ``start_timeout`` is killed and another one started."""
 
     def __init__(self, workers: int, limits: imaging.Limits, timeout_seconds: float,
                  start_timeout_seconds: float = 30.0):
