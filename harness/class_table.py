@@ -29,6 +29,7 @@ ROW_IDS = [item.id for item in ITEMS]
 CSV_COLUMNS = ["index", "name", "adapter", "verdict", "level_achieved", *ROW_IDS, "seconds", "reproduce", "reason",
                "report", "feedback"]
 NOT_PASSING = ("fail", "unknown", "not proven", "missing", "tampered")
+GRADED = ("valid", "invalid", "unknown", "tampered")  # a grade's verdicts; any other says why it was not graded
 
 
 def level_achieved(results: dict | None) -> int | None:
@@ -210,7 +211,7 @@ def feedback(name: str, row: dict, results: dict | None) -> list[dict]:
 def feedback_markdown(name: str, row: dict, items: list[dict]) -> str:
     lines = [f"# Feedback for {name}", "",
              f"Verdict: **{row['verdict']}**; level achieved: **{_level_text(row.get('level_achieved'))}**.", ""]
-    if row.get("reason") and not items:
+    if row.get("reason") and (not items or row["verdict"] not in GRADED):
         lines += [f"Why: {row['reason']}", ""]
     if not items:
         lines += ["Every checklist row this grade required passed." if row["verdict"] == "valid"
@@ -235,7 +236,7 @@ def feedback_html(name: str, row: dict, items: list[dict]) -> str:
     parts = [f"<h1>Feedback for {esc(name)}</h1>",
              f"<p>Verdict {pill(row['verdict'])} · level achieved <b>{esc(_level_text(row.get('level_achieved')))}"
              f"</b></p>"]
-    if row.get("reason") and not items:
+    if row.get("reason") and (not items or row["verdict"] not in GRADED):
         parts.append(f"<p>Why: {esc(row['reason'])}</p>")
     for it in items:
         parts.append(f"<h2>{esc(it['row'])} {pill(it['status'])}</h2><p>What it checks: {esc(it['meaning'])}.</p>"

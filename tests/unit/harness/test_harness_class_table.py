@@ -60,6 +60,12 @@ def test_feedback_names_each_failed_row_with_evidence_scenario_and_the_laptop_co
     html = (tmp_path / "alice" / "feedback.html").read_text()
     assert "database-outages-past-lease" in html and "a-123" in html
     assert crow["checklist"]["BE-JOB-001.2"] == "fail" and crow["level_achieved"] is None
+    # a submission that did not start: why comes first, above the rows it left unknown
+    partial = table.row_from_grade("bob", "bob/adapter.toml", grade, 40.0, None, verdict="did not start",
+                                   reason="starting the roles failed: api.log: Application startup failed")
+    class_table.write_feedback(tmp_path / "bob", "bob", class_table.class_row(2, partial, grade, "bob"), grade)
+    md = (tmp_path / "bob" / "feedback.md").read_text()
+    assert md.index("Why: starting the roles failed") < md.index("## BE-JOB-001.2")
 
 
 def test_csv_and_html_have_every_checklist_row_level_time_and_reproduce_and_sort_in_the_page():
