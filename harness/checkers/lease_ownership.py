@@ -7,6 +7,13 @@ older attempt after a newer attempt started, no ``ready`` committed by the owner
 of an older claim after a newer claim began (known by the transition's actor,
 whatever attempt it carries: ``stale_commits``), and ready stays single (see
 duplicate_effects).
+
+The lease the adapter declares (``lease_seconds``) is checked against the implementation's own behaviour: when the
+only consumer instance is killed, crashes or is paused while it holds a job, the job can leave ``processing`` (a
+recovery) no sooner than a lease after its claim — the claim's lease runs at least that long, renewed or not. A
+recovery sooner than the declared lease (less a second of slack) contradicts the claim: the real lease is shorter
+than the adapter says (every window the checkers place by it is misplaced), or work was taken over while its lease
+still held. Either way ``invalid``, with the measured time (``lease_claim``).
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_r
 
 NAME = "lease_ownership"
 REQUIREMENTS = ["BE-JOB-006"]
+# Event times have the implementation's own precision and clock (one clock for a claim and its recovery): a
+# recovery this much before claim + declared lease is not a rounding.
+LEASE_CLAIM_SLACK_SECONDS = 1.0
 
 
 def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]:
@@ -28,6 +38,52 @@ def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]
         cont = next((c for c in conts if c.get("role") == stop.get("role") and c["seq"] > stop["seq"]), None)
         out.append((stop, cont))
     return out
+
+
+def owner_downs(history, consumers: frozenset[str]) -> list[tuple[dict, float | None]]:
+    """(the fault that took a consumer instance down, when it could act again: SIGCONT of a pause; None for a kill
+    or crash, whose restart is another process) — only while that instance was the only consumer instance started,
+    so the job it held was its own."""
+    downs = []
+    for e in history.of_type("fault"):
+        if role_kind(e.get("role")) not in consumers:
+            continue
+        if (e.get("action"), e.get("phase")) in (("sigkill", "start"), ("crash", "hit")):
+            downs.append((e, None))
+    for stop, cont in pauses(history, consumers):
+        downs.append((stop, cont["wall"] if cont else float("inf")))
+    started = [e for e in history.of_type("role") if e.get("action") == "start" and role_kind(e.get("role")) in consumers]
+    return [(down, back) for down, back in downs
+            if len({e.get("role") for e in started if e["wall"] <= down["wall"]}) <= 1]
+
+
+def lease_claim(history, final, run, ids: list[str]) -> tuple[list[dict], list[dict]]:
+    """(contradictions, measurements) of the declared lease_seconds by recoveries after the owner went down."""
+    lease = timing(run, "lease_seconds")
+    if lease is None:
+        return [], []
+    problems, measured = [], []
+    for down, back in owner_downs(history, consumer_roles(run)):
+        for attachment_id in ids:
+            trans = transitions_of(history, final, attachment_id)
+            flight = in_flight_at(trans, down["wall"])
+            if flight is None or flight["at"] is None:
+                continue
+            left = next((t for t in trans if (t["seq"] or 0) > (flight["seq"] or 0) and t["at"] is not None), None)
+            if left is None or left["from"] != "processing" or (back is not None and left["at"] >= back):
+                continue  # not recovered, or perhaps by the owner itself once it was back
+            after = round(left["at"] - flight["at"], 3)
+            item = evidence(f"recovered {after:.2f}s after its claim, its only owner down ({down.get('action')}) "
+                            "in between", attachment_id=attachment_id, events=[down], claim_at=flight["at_text"],
+                            recovered_at=left["at_text"], transition=f"{left['from']}→{left['to']}",
+                            declared_lease_seconds=lease, measured_seconds=after)
+            measured.append(item)
+            if after < lease - LEASE_CLAIM_SLACK_SECONDS:
+                problems.append({**item, "message": (
+                    f"the declared lease_seconds {lease:g} does not match the implementation: the job was recovered "
+                    f"({left['from']}→{left['to']}) {after:.2f}s after its claim while its only owner was down — "
+                    "its lease is shorter than declared, or it was taken over while its lease held")})
+    return problems, measured
 
 
 def stale_commits(trans: list[dict]) -> list[tuple[dict, dict, dict]]:
@@ -96,6 +152,8 @@ def check(history, final, run) -> Verdict:
                 f"stale owner ({older['actor']}, claim of {older['at_text']}) committed {t['from']}→{t['to']} after "
                 f"a newer claim by {newer['actor']} at {newer['at_text']} (the commit carries attempt {t['attempt']})",
                 attachment_id=attachment_id, seq=t["seq"], at=t["at_text"]))
+    claimed, measured = lease_claim(history, final, run, ids)
+    problems += claimed
     exercised = False
     for stop, cont in paused:
         paused_for = (cont["wall"] if cont else float("inf")) - stop["wall"]
@@ -131,4 +189,4 @@ def check(history, final, run) -> Verdict:
                     + (f", {sum(1 for p in proven if p.get('held'))} not (recovery held)"
                        if any(p.get("held") for p in proven) else "") + "; no stale writes") if exercised
                    else "no stale writes; no job held by a worker paused past its lease",
-                   exercised=exercised, evidence=proven, seed=seed_of(run))
+                   exercised=exercised, evidence=proven + measured[:3], seed=seed_of(run))
