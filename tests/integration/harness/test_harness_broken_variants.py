@@ -61,6 +61,14 @@ CASES = [
     # Every retry waits one constant delay: attempts still bounded, but the backoff neither grows nor spreads
     # (BE-JOB-003.2).
     ("fixed_retry_delay", "retry-budget-exhausted", {"retry_exhaustion"}),
+    # Exact exponential backoff (no jitter) picked up by a relay on a one-second tick: the tick's noise is not jitter
+    # (BE-JOB-003.2; issue 20, item 3).
+    ("exact_backoff_polled", "retry-budget-exhausted", {"retry_exhaustion"}),
+    # Expiry checked at the claim only: a slow fetch commits ready past the deadline (BE-JOB-005.2; issue 20, item 5).
+    ("expiry_checked_before_fetch_only", "expiry-during-slow-fetch", {"expiry"}),
+    # The adapter claims lease_seconds = 30, the roles run with LEASE_SECONDS=4: a crashed owner's job is recovered
+    # seconds after its claim (issue 20, item 13).
+    ("lease_claim_thirty", "window-s3-commit-failpoint", {"lease_ownership"}),
     # The attempt budget checked with > instead of >=: one attempt more than max_attempts (BE-JOB-003.2).
     ("retry_limit_off_by_one", "retry-budget-exhausted", {"bounded_retries", "retry_exhaustion"}),
     # A worker that finds its lease lapsed (woken from a pause) gives the job up and acks its delivery: with
