@@ -2,7 +2,7 @@
 
 A row carries the submission's name, its adapter path, the verdict — a grade's ``valid`` / ``invalid`` /
 ``unknown``, or why it was not graded: ``invalid adapter``, ``did not start``, ``timeout``, ``error`` — each
-requirement's status (``pass`` / ``fail`` / ``unknown`` / ``skipped``, empty when nothing was graded), the time it
+requirement's status (``pass`` / ``fail`` / ``unknown`` / ``not required``, empty when nothing was graded), the time it
 took, a link to its grade report (relative to the table) and the reason in a few words.
 """
 
@@ -30,7 +30,7 @@ class Row:
     name: str
     adapter: str
     verdict: str
-    requirements: dict[str, str] = field(default_factory=dict)  # requirement id -> pass / fail / unknown / skipped
+    requirements: dict[str, str] = field(default_factory=dict)  # requirement id -> pass / fail / unknown / not required
     seconds: float | None = None
     report: str | None = None  # the grade's index.html, relative to the table's folder
     reason: str = ""
