@@ -84,6 +84,11 @@ class Limits:
     memory_bytes: int = field(default_factory=lambda: int(_env_number("HARNESS_ISOLATION_MEMORY_MB", 3072)) << 20)
     pids: int = field(default_factory=lambda: int(_env_number("HARNESS_ISOLATION_PIDS", 1024)))
     cpus: float = field(default_factory=lambda: _env_number("HARNESS_ISOLATION_CPUS", os.cpu_count() or 2))
+    # The CPU weight of the whole cgroup, in busy tasks' worth: the scheduler weighs a cgroup as ONE task against the
+    # harness's and the services' own processes, so at the default weight of one task a submission's roles would get
+    # a sliver of a loaded machine (a role not healthy in 30 s). Eight tasks' worth keeps them near their share
+    # outside a cgroup; the quota above still caps them.
+    cpu_weight_tasks: int = field(default_factory=lambda: int(_env_number("HARNESS_ISOLATION_CPU_WEIGHT", 8)))
     file_size_bytes: int = field(default_factory=lambda: int(_env_number("HARNESS_ISOLATION_FILE_MB", 256)) << 20)
     tmp_bytes: int = field(default_factory=lambda: int(_env_number("HARNESS_ISOLATION_TMP_MB", 512)) << 20)
     wall_seconds: float = field(default_factory=lambda: _env_number("HARNESS_ISOLATION_WALL_SECONDS", 7200))
@@ -179,9 +184,12 @@ def _own_cgroup(controller: str) -> str:
 
 
 def cgroup_dirs(slot: int) -> list[Path]:
+    """The slot's cgroups: beside the harness's own (never under a common parent: the CPU scheduler weighs a parent
+    as one entity, so every slot under one parent would share one task's worth of CPU between them)."""
+    name = f"{GROUP_NAME}-slot-{slot}"
     if cgroup_version() == 2:
-        return [CGROUP_FS / GROUP_NAME / f"slot-{slot}"]
-    return [CGROUP_FS / c / _own_cgroup(c).lstrip("/") / GROUP_NAME / f"slot-{slot}" for c in V1_CONTROLLERS]
+        return [CGROUP_FS / name]
+    return [CGROUP_FS / c / _own_cgroup(c).lstrip("/") / name for c in V1_CONTROLLERS]
 
 
 def _write(path: Path, value: str) -> None:
@@ -192,17 +200,16 @@ def make_cgroups(slot: int, limits: Limits) -> list[Path]:
     dirs = cgroup_dirs(slot)
     try:
         if cgroup_version() == 2:
-            top = CGROUP_FS / GROUP_NAME
-            top.mkdir(exist_ok=True)
-            for parent in (CGROUP_FS, top):
-                available = (parent / "cgroup.controllers").read_text().split()
-                wanted = [c for c in ("memory", "pids", "cpu") if c in available]
-                _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+            available = (CGROUP_FS / "cgroup.controllers").read_text().split()
+            wanted = [c for c in ("memory", "pids", "cpu") if c in available]
+            _write(CGROUP_FS / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
             d = dirs[0]
             d.mkdir(exist_ok=True)
             _write(d / "memory.max", str(limits.memory_bytes))
             _write(d / "pids.max", str(limits.pids))
             _write(d / "cpu.max", f"{int(limits.cpus * 100000)} 100000")
+            if (d / "cpu.weight").exists():
+                _write(d / "cpu.weight", str(min(10000, 100 * limits.cpu_weight_tasks)))
         else:
             for d in dirs:
                 d.mkdir(parents=True, exist_ok=True)
@@ -211,6 +218,7 @@ def make_cgroups(slot: int, limits: Limits) -> list[Path]:
             _write(pids / "pids.max", str(limits.pids))
             _write(cpu / "cpu.cfs_period_us", "100000")
             _write(cpu / "cpu.cfs_quota_us", str(int(limits.cpus * 100000)))
+            _write(cpu / "cpu.shares", str(min(262144, 1024 * limits.cpu_weight_tasks)))
     except OSError as exc:
         raise IsolationError(f"cgroup setup for slot {slot} failed: {exc}") from exc
     return dirs
