@@ -63,7 +63,8 @@ def _item_row(item, ran: list[dict], skipped: list[dict], required: bool) -> dic
             "checks": list(item.checks), "scenarios": [s["name"] for s in ran]}
     behind = [s for s in skipped if item.id in (s.get("verifies") or [])]
     if not required:
-        return {**base, "status": "not required", "why": f"not required at this level (from level {item.level})"}
+        return {**base, "status": "not required", "why": f"not required by this grade (required from level {item.level}; "
+                                                          "a partial grade requires only the rows its scenarios name)"}
     if not ran:
         if behind:
             return {**base, "status": "not proven", "why": "every scenario behind it was skipped: " + "; ".join(
