@@ -553,6 +553,8 @@ class Sandbox:
 
     # --- spawning -------------------------------------------------------------------------------------------------
     def environment(self, env: dict[str, str], base: dict[str, str] | None = None) -> dict[str, str]:
+        """A role's environment in the sandbox: whatever it inherited from the grader's own environment goes, even
+        when its caller built ``env`` from :func:`base_environ` already (the runner and the load roles do)."""
         return scrubbed_env(env, base) | {"HOME": "/tmp", "TMPDIR": "/tmp", "USER": self.user, "LOGNAME": self.user}
 
     def command(self, argv: list[str], env: dict[str, str]) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from . import http_clients, tenants_ahead
+from . import http_clients, isolation, tenants_ahead
 from .stack.ports import listener_port
 
 
@@ -44,7 +44,9 @@ def run_environment(adapter, scenario, level: int, tenant, port: int, role_tmp: 
     """The timings in effect and the environment every role and the setup command start with (a role adds its own):
     the adapter's [env], a scenario's [timings] through the adapter's [timings_env], the tenant's proxied services."""
     timings_in_effect, timing_env = adapter.timing_overrides(scenario.raw.get("timings") or {})
-    common = {**os.environ, **adapter.env, **timing_env, "HTTP_PORT": str(port), "LEVEL": str(level),
+    # Isolated, a submission starts from a scrubbed environment (PATH, the locale), never the grader's own.
+    inherited = isolation.base_environ() if isolation.enabled() else os.environ
+    common = {**inherited, **adapter.env, **timing_env, "HTTP_PORT": str(port), "LEVEL": str(level),
               "OPERATOR_TOKEN": adapter.operator_token, "FAILPOINTS": "", "TMPDIR": role_tmp}
     common.pop("VIRTUAL_ENV", None)
     return timings_in_effect, {**common, **tenant.env(proxied=True)}
@@ -56,12 +58,17 @@ def run_setup_command(adapter, env: dict, log_path: Path) -> tuple[int, float]:
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
+    argv = adapter.resolve_command(setup["command"])
+    env = {**env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}}
+    timeout = float(setup.get("timeout_seconds", 120))
     with open(log_path, "wb") as log:
-        done = subprocess.run(adapter.resolve_command(setup["command"]),
-                              env={**env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
-                              stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
-                              start_new_session=True)
-    return done.returncode, time.monotonic() - began
+        if isolation.enabled():  # the submission's own code: contained like its roles, nothing left running after
+            returncode, _ = isolation.run_contained(argv, env, f"setup-{log_path.stem}", timeout, stdout=log,
+                                                    stderr=subprocess.STDOUT)
+        else:
+            returncode = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
+                                        start_new_session=True).returncode
+    return returncode, time.monotonic() - began
 
 
 def prepare_ahead(adapter, scenario, level: int, tenant):

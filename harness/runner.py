@@ -176,6 +176,7 @@ class ScenarioRun:
             "timings_detail": dict(getattr(self, "timings_detail", {})),  # the phases' parts (harness/timing.py)
             "error": error,
             "started_at": datetime.fromtimestamp(time.time() - (time.monotonic() - self.t0), timezone.utc).isoformat(),
+            "isolation": self.supervisor.isolation if getattr(self, "supervisor", None) else {"isolated": False},
         }
 
     # --- phases ---------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from harness import http_clients
+from harness import http_clients, isolation
 from harness.runner import free_port, wait_http_healthy
 from harness.supervisor import Supervisor, group_members
 
@@ -44,7 +44,8 @@ class Deployment:
         self.port = int(adapter.http["port"]) or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.role_tmp = tempfile.mkdtemp(prefix="harness-load-")
-        env = {**os.environ, **adapter.env, "HTTP_PORT": str(self.port), "LEVEL": str(level or adapter.level),
+        inherited = isolation.base_environ() if isolation.enabled() else os.environ  # isolated: never the grader's
+        env = {**inherited, **adapter.env, "HTTP_PORT": str(self.port), "LEVEL": str(level or adapter.level),
                "OPERATOR_TOKEN": adapter.operator_token, "FAILPOINTS": "", "TMPDIR": self.role_tmp,
                **(extra_env or {}), **self.tenant.env(proxied=False)}
         env.pop("VIRTUAL_ENV", None)

@@ -1,6 +1,6 @@
 """Isolation of submissions (harness/isolation.py): the pure parts and the switches, no root needed.
 
-The kernel side (users, cgroups, nftables, mounts) is tested in tests/integration/harness/test_harness_isolation.py.
+The kernel side (users, cgroups, nftables, mounts) is tested in tests/integration/harness/test_harness_isolation_live.py.
 """
 
 from __future__ import annotations
@@ -140,3 +140,26 @@ def test_a_preloaded_library_reaches_the_role_only(monkeypatch):
     tail = argv[argv.index("--bounding-set=-all") + 2:]
     assert tail == ["/usr/bin/env", "FAKETIME=+5.000", "FAKETIME_DONT_FAKE_MONOTONIC=1",
                     "LD_PRELOAD=/usr/lib/faketime/libfaketime.so.1", "/usr/bin/python3", "-c", "pass"]
+
+
+def test_an_isolated_run_starts_from_a_scrubbed_environment(monkeypatch):
+    """Isolated, run_environment starts from PATH and the locale only, never the grader's own variables (the
+    sandbox scrubs them again: defence in depth)."""
+    from types import SimpleNamespace
+
+    from harness.run_setup import run_environment
+
+    monkeypatch.setenv("GRADER_SECRET", "s3cr3t")
+    monkeypatch.setenv("LOG_LEVEL", "INFO")
+    adapter = SimpleNamespace(timing_overrides=lambda timings: ({}, {}), env={"LOG_LEVEL": "INFO"},
+                              operator_token="op")
+    scenario = SimpleNamespace(raw={})
+    tenant = SimpleNamespace(env=lambda proxied: {"DATABASE_URL": "postgresql://127.0.0.1:1/t"})
+    isolation.set_mode(True)
+    try:
+        _, env = run_environment(adapter, scenario, 4, tenant, 8000, "/tmp/x")
+    finally:
+        isolation.set_mode(None)
+    assert "GRADER_SECRET" not in env and env["LOG_LEVEL"] == "INFO" and env["DATABASE_URL"]
+    _, open_env = run_environment(adapter, scenario, 4, tenant, 8000, "/tmp/x")
+    assert open_env["GRADER_SECRET"] == "s3cr3t"  # unisolated (the trusted case): as before
