@@ -167,6 +167,35 @@ def expired_after_a_claim_in_time(history, final, accepted: dict, code: str, ttl
     return out
 
 
+def expired_while_paused(history, run, final, accepted: dict, code: str, ttl) -> list[dict]:
+    """Attachments that ended expired whose TTL ran out (202 + TTL, harness clock) while every instance of the
+    consumer roles was paused (SIGSTOP until SIGCONT)."""
+    if ttl is None:
+        return []
+    consumers = consumer_roles(run)
+    faults = history.of_type("fault")
+    stops = [e for e in faults if e.get("action") == "sigstop" and e.get("phase") == "start"
+             and e.get("role", "").split("#", 1)[0] in consumers]
+    spans = []
+    for stop in stops:
+        cont = next((e for e in faults if e.get("action") == "sigcont" and e.get("role") == stop.get("role")
+                     and e["seq"] > stop["seq"]), None)
+        spans.append((stop["wall"], cont["wall"] if cont else float("inf"), stop.get("role")))
+    instances = {e.get("role") for e in history.of_type("role") if e.get("action") == "start"
+                 and e.get("role", "").split("#", 1)[0] in consumers}
+    out = []
+    for attachment_id, acc in sorted(accepted.items()):
+        body = ((final.get("attachments") or {}).get(attachment_id) or {}).get("body") or {}
+        if body.get("state") != "failed" or body.get("error_code") != code:
+            continue
+        ran_out = acc["ok"]["wall"] + float(ttl)
+        paused = {role for start, end, role in spans if start <= ran_out < end}
+        if paused and instances <= paused:
+            out.append(evidence("its TTL ran out while every consumer was paused: failed, no effect",
+                                attachment_id=attachment_id, job_id=acc["ok"].get("job_id")))
+    return out
+
+
 def utc(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
 
@@ -345,6 +374,14 @@ def check(history, final, run) -> Verdict:
                        f"({reported} expired in all), none with an effect or a write past its deadline; "
                        f"{len(judged_late)} ready results committed in time; {note}", exercised=True,
                        evidence=rechecked[:6] + leftovers, seed=seed_of(run))
+    paused = expired_while_paused(history, run, final, accepted, code, ttl) if not holds else []
+    if paused:
+        # Every consumer was paused (SIGSTOP) past the TTL of work that waited (clock-skew-expiry): like a hold,
+        # what expired there was judged above — failed, never ready, no results, nothing written past its deadline.
+        return Verdict(NAME, VALID, REQUIREMENTS,
+                       f"{len(paused)} jobs whose TTL ran out while every consumer was paused expired ({reported} "
+                       f"in all), none with an effect or a write past its deadline; {note}", exercised=True,
+                       evidence=paused[:6] + leftovers, seed=seed_of(run))
     if NAME in checks:
         why = ("the adapter declares no job_ttl_seconds" if ttl is None else
                "no job expired, and no consumer was held" if not holds and not reported else

@@ -284,3 +284,18 @@ def test_expiry_during_a_slow_fetch_is_proven_only_by_a_job_claimed_in_time_that
     b.final["attachments"][EARLY]["objects"] = {}
     verdict = expiry.check(b.history(), b.final, b.run)
     assert verdict.status == UNKNOWN and "re-check" in verdict.summary, verdict.summary
+
+
+def test_expiry_while_every_consumer_was_paused_proves_expiry_without_a_hold():
+    """clock-skew-expiry pauses the consumers (SIGSTOP) instead of holding them: a job whose TTL ran out in the
+    pause and ended expired proves expiry there, as a hold does (no re-check after a claim needed)."""
+    b = slow_fetch_run(late_commit_at=2.5, late_objects_at=2.0, early_end="ready",
+                       scenario={"name": "clock-skew-expiry", "checks": ["expiry"]})
+    b.final["attachments"][EARLY]["objects"] = {}
+    b.add(0.0, "role", action="start", role="worker", pid=7)
+    b.add(0.2, "fault", action="sigstop", phase="start", role="worker", pid=7)
+    b.add(6.0, "fault", action="sigcont", phase="end", role="worker", pid=7)
+    b.events.sort(key=lambda e: e["t"])
+    verdict = expiry.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and "paused" in verdict.summary, verdict.summary
+    assert verdict.evidence[0]["attachment_id"] == CLAIMED_LATE
