@@ -52,7 +52,7 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 ERRORS = {
     status: {"model": ErrorResponse}
-    for status in (400, 401, 403, 404, 409, 413, 415, 422, 503)
+    for status in (400, 401, 403, 404, 408, 409, 413, 415, 422, 503)
 }
 UPLOAD_BODY = {
     "requestBody": {
