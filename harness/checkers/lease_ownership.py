@@ -27,6 +27,8 @@ REQUIREMENTS = ["BE-JOB-006"]
 # Event times have the implementation's own precision and clock (one clock for a claim and its recovery): a
 # recovery this much before claim + declared lease is not a rounding.
 LEASE_CLAIM_SLACK_SECONDS = 1.0
+# A transition stamped this close to the moment the harness took the owner down may be the owner's own last word.
+OWNER_LAST_WORD_SECONDS = 0.1
 
 
 def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]:
@@ -70,8 +72,9 @@ def lease_claim(history, final, run, ids: list[str]) -> tuple[list[dict], list[d
             if flight is None or flight["at"] is None:
                 continue
             left = next((t for t in trans if (t["seq"] or 0) > (flight["seq"] or 0) and t["at"] is not None), None)
-            if left is None or left["from"] != "processing" or (back is not None and left["at"] >= back):
-                continue  # not recovered, or perhaps by the owner itself once it was back
+            if (left is None or left["from"] != "processing" or left["to"] not in ("queued", "failed")
+                    or left["at"] - down["wall"] < OWNER_LAST_WORD_SECONDS or (back is not None and left["at"] >= back)):
+                continue  # not recovered, or perhaps by the owner itself (as it went down, or once it was back)
             after = round(left["at"] - flight["at"], 3)
             item = evidence(f"recovered {after:.2f}s after its claim, its only owner down ({down.get('action')}) "
                             "in between", attachment_id=attachment_id, events=[down], claim_at=flight["at_text"],
