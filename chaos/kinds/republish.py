@@ -3,6 +3,7 @@ header: the redelivery of a ready job (``state = "ready"``), or concurrent dupli
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import first_delay
@@ -12,23 +13,31 @@ RECORDS = "fault action=republish phase=start (jobs, copies, state) and phase=en
 WEIGHT = 2
 
 
+def _candidates(ctx, target_state: str, limit: int) -> list[dict]:
+    """The tapped messages of up to ``limit`` jobs whose attachment is in ``target_state`` now, one per job."""
+    seen, unique = set(), []
+    for message in ctx.broker.tap.tapped():
+        body = message.get("body") or {}
+        if target_state != "any" and ctx.observer.states.get(body.get("attachment_id")) != target_state:
+            continue
+        if body.get("job_id") not in seen:
+            seen.add(body.get("job_id"))
+            unique.append(message)
+    return unique[:limit]
+
+
 def run(ctx, step) -> None:
     if not ctx.wait_trigger(step, first_delay(step)):
         return
     target_state = step.get("params", {}).get("state", "ready")
     copies = int(step.get("count", 1))
-    candidates = []
-    for message in ctx.broker.tap.tapped():
-        body = message.get("body") or {}
-        attachment_id = body.get("attachment_id")
-        if target_state == "any" or ctx.observer.states.get(attachment_id) == target_state:
-            candidates.append(message)
-    seen, unique = set(), []
-    for m in candidates:
-        if m["body"]["job_id"] not in seen:
-            seen.add(m["body"]["job_id"])
-            unique.append(m)
-    unique = unique[: int(step.get("params", {}).get("jobs", 2))]
+    limit = int(step.get("params", {}).get("jobs", 2))
+    # The state can be seen before the tap has drained the job's message (an implementation that publishes and
+    # consumes within the tap's poll): look again, briefly, rather than republish nothing.
+    deadline = time.monotonic() + min(5.0, float(step.get("timeout", 30)))
+    unique = _candidates(ctx, target_state, limit)
+    while not unique and time.monotonic() < deadline and not ctx.stopping.wait(0.05):
+        unique = _candidates(ctx, target_state, limit)
     jobs = [m["body"]["job_id"] for m in unique]
     ctx.history.append("fault", action="republish", phase="start", jobs=jobs, copies=copies, state=target_state)
     ctx.log(f"republishing {copies}× {len(unique)} jobs ({target_state})")
