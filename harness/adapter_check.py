@@ -36,7 +36,7 @@ SCHEMA = "adapter.schema.json"
 # table in step with the checkers' sources.
 TIMING_CHECKERS: dict[str, tuple[str, ...]] = {
     "lease_seconds": ("ack_after_commit", "lease_ownership", "lease_renewal", "owner_overlap", "stale_ack"),
-    "max_attempts": ("bounded_retries", "dead_letter", "delivery_accounting", "lost_accepted_work"),
+    "max_attempts": ("bounded_retries", "dead_letter", "delivery_accounting"),
     "staging_retention_seconds": ("staging_safety",),
     "sweep_interval_seconds": ("staging_safety",),
     "job_ttl_seconds": ("expiry", "clock_agreement"),
