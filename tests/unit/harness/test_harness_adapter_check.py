@@ -230,7 +230,9 @@ def test_the_timing_table_matches_the_checkers_sources():
                 # absent: no poller (the spread measured at the early retry numbers is discounted all the same)
                 ("retry_exhaustion", "retry_poll_seconds"),
                 # without a sweep interval lease_renewal does not judge how soon a job is recovered (no unknown)
-                ("lease_renewal", "sweep_interval_seconds")}
+                ("lease_renewal", "sweep_interval_seconds"),
+                # without max_attempts no outage is allowed to have spent the budget: lost work stays lost work
+                ("lost_accepted_work", "max_attempts")}
     timings = tuple(validator("adapter.schema.json").schema["properties"]["timings"]["properties"])
     table = {(checker, timing) for timing, checkers in TIMING_CHECKERS.items() for checker in checkers}
     used = set()
