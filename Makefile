@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 LEVEL ?= 4
 SEED ?=
 
-.PHONY: bootstrap grade test stack-up stack-down
+.PHONY: bootstrap grade lint test stack-up stack-down
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -14,7 +14,10 @@ bootstrap:
 grade: bootstrap
 	.venv/bin/harness grade --sut reference --level $(LEVEL) $(if $(SEED),--seed $(SEED))
 
-test: bootstrap
+lint: bootstrap
+	.venv/bin/ruff check .
+
+test: lint
 	.venv/bin/pytest $(PYTEST_ARGS)
 
 stack-up: bootstrap

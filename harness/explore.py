@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from chaos import kinds as fault_kinds
 
 from . import soak as soak_mod
 

@@ -203,7 +203,7 @@ class ScopedToxiproxy:
 
     def reset(self) -> None:
         """Re-enable this run's proxies and remove their toxics (Toxiproxy's own reset would clear every run's)."""
-        for service, name in self.names.items():
+        for _service, name in self.names.items():
             for toxic in self.server.toxics(name):
                 self.server.remove_toxic(name, toxic)
             self.server.restore(name)

@@ -36,7 +36,7 @@ def primitives(by_prefetch: dict[int, list[Tick]], title: str) -> dict:
         def x(t):
             return LEFT + (WIDTH - LEFT - RIGHT) * t / t_max
 
-        def y(v):
+        def y(v, bottom=bottom, v_top=v_top):  # this panel's own frame
             return bottom - PANEL_H * v / v_top
 
         texts.append((LEFT, top - 6, label, "#000", "start"))

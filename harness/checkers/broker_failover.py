@@ -57,7 +57,7 @@ def judge(start: dict, looks: list[dict], accepted: dict[str, float], tapped: di
     node = start.get("node")
     before = start.get("connections")
     held = None if before is None else int(before.get(node, 0))
-    counted = [l for l in looks if l.get("consumers") is not None]
+    counted = [look for look in looks if look.get("consumers") is not None]
     # From the loss to the last look (a look may take a second or more on a loaded machine).
     span = (counted[-1]["wall"] - start["wall"]) if counted else 0.0
     facts = {"node": node, "target": start.get("target"), "connections_on_lost_node": held,
@@ -65,16 +65,16 @@ def judge(start: dict, looks: list[dict], accepted: dict[str, float], tapped: di
              "looks": len(looks), "seconds": round(span, 2)}
     # Idle only when the management API did list the implementation's connections, none on the lost node, and its
     # consumers stayed: an empty list may be the statistics lagging behind roles that just started.
-    if held == 0 and facts["connections_before"] and counted and all((l.get("consumers") or 0) > 0 for l in counted):
+    if held == 0 and facts["connections_before"] and counted and all((look.get("consumers") or 0) > 0 for look in counted):
         return "idle", {**facts, "why": f"no connection of the implementation was on {node} when it was lost"}
     if not counted:
         return UNKNOWN, {**facts, "why": "the work queue could not be counted through another node"}
     last = counted[-1]["wall"]
-    tail = [l for l in counted if l["wall"] >= last - GRACE]
+    tail = [look for look in counted if look["wall"] >= last - GRACE]
     facts.update(consumers_at_end=counted[-1].get("consumers"),
                  connections_elsewhere_at_end=counted[-1].get("connections_elsewhere"))
     problems = []
-    if span >= GRACE and not any((l.get("consumers") or 0) > 0 for l in tail):
+    if span >= GRACE and not any((look.get("consumers") or 0) > 0 for look in tail):
         problems.append(f"no consumer on the work queue through any other node for the last {GRACE:.0f}s of the "
                         "outage")
     due = sorted(a for a, at in accepted.items() if start["wall"] <= at <= last - GRACE)
@@ -102,7 +102,7 @@ def check(history, final, run) -> Verdict:
     results = []
     for start, end in lost:
         until = end["wall"] if end else float("inf")
-        mine = [l for l in looks if l.get("node") == start.get("node") and start["wall"] <= l["wall"] <= until]
+        mine = [look for look in looks if look.get("node") == start.get("node") and start["wall"] <= look["wall"] <= until]
         results.append(judge(start, mine, accepted, tapped))
     bad = [f for s, f in results if s == INVALID]
     unsure = [f for s, f in results if s == UNKNOWN]

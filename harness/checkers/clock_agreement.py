@@ -154,7 +154,7 @@ def check(history, final, run) -> Verdict:
         if ttl is not None and seen is not None and seen["wall"] < first["wall"] + float(ttl) - EARLY_SLACK_SECONDS:
             problems.append(evidence(f"seen expired {seen['wall'] - first['wall']:.2f}s after its upload was sent, "
                                      f"before its TTL of {ttl}s (by the harness's clock)", events=[first, seen], **base))
-        for start, end in holds:
+        for _start, end in holds:
             back = back_at(history, end, max((abs(c["offset_seconds"]) for c in items), default=0.0))
             if acc["ok"]["wall"] + float(ttl) <= end["wall"] - SPAWN_SLACK_SECONDS:
                 effects = results(records.get(attachment_id) or {}) + objects(attachment_id, records.get(attachment_id)

@@ -292,7 +292,7 @@ def forbidden_content(m: dict, filenames: set[str], keys: set[str], storage: dic
     where = {"body": m.get("body") if m.get("body") is not None else m.get("body_raw"),
              "properties": m.get("properties") or {}}
     for part, value in where.items():
-        for name, text in items_in(value):
+        for _name, text in items_in(value):
             if AUTH_VALUE.match(text) or secret_in(text, secrets):
                 found.append((f"{part} carries a credential", text))
             if carries_file_bytes(text):
@@ -307,7 +307,7 @@ def forbidden_content(m: dict, filenames: set[str], keys: set[str], storage: dic
                 found.append((f"{part} carries the storage bucket's name", text))
             if any(_bounded(key, text) for key in _contained(keys, text)):
                 found.append((f"{part} carries a storage object key", text))
-            for stem in _contained(filenames, text):
+            for _stem in _contained(filenames, text):
                 found.append((f"{part} carries the client filename", text))
     return found
 

@@ -95,7 +95,7 @@ def check(history, final, run) -> Verdict:
     sweep = timing(run, "sweep_interval_seconds") or 0.0
     problems, skipped, longest = [], [], 0.0
     held_jobs = 0
-    for start, end, began in holds:
+    for start, end, _began in holds:
         unjudgeable = dead_letters_grew(history, start, end)
         for attachment_id, acc in accepted.items():
             invoke, ok = acc["invoke"], acc["ok"]

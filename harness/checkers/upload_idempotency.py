@@ -63,7 +63,7 @@ def check(history, final, run) -> Verdict:
     originals = {invoke.get("sample") or invoke["op"]: ok for invoke, ok in history.accepted()
                  if invoke.get("f") == "upload"}
     judged = 0
-    for key, item in sorted(probes(history).items()):
+    for _key, item in sorted(probes(history).items()):
         invoke, answer = item["invoke"], item["answer"]
         original = originals.get(invoke.get("of"))
         kind = invoke.get("probe")

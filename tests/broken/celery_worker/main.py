@@ -40,7 +40,6 @@ import uuid
 import psycopg
 from celery import Celery
 from kombu import Exchange, Queue
-from psycopg.rows import dict_row
 
 from reference import imaging, topology
 from reference.db.pool import connection_kwargs
@@ -277,7 +276,7 @@ def render_attachment(self, job_id: str, attachment_id: str) -> str:
         delay = random.uniform(0, min(settings.retry_cap_seconds,
                                       settings.retry_base_seconds * 2 ** self.request.retries))
         requeue(job, delay, reason)
-        raise self.retry(exc=exc, countdown=delay)
+        raise self.retry(exc=exc, countdown=delay) from exc
 
 
 def cmd_worker() -> int:

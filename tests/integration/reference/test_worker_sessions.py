@@ -23,7 +23,6 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
-import aio_pika
 import pytest
 
 from harness.stack.tools import rabbitmq_bindir

@@ -567,7 +567,7 @@ class PipelineModel(Builder):
         held_names = self.hold(at, [R], index) if held else []
         at += 0.3
         jobs = []
-        for i in range(lanes_needed):
+        for _ in range(lanes_needed):
             job, ok_at = self.upload(at, "good", "direct")
             self.publish(job, job.created + self.dur(0.01, 0.2))
             jobs.append(job)

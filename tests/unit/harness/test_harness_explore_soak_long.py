@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 
+from chaos import kinds as fault_kinds
 from harness import adapter as adapter_mod
 from harness import cli, explore, soak, soak_long
 from harness.scenarios import find, load_file
@@ -53,7 +53,7 @@ def test_a_pick_is_deterministic_and_its_time_is_its_slot():
 
 
 def test_a_role_armed_with_a_failpoint_is_not_armed_again():
-    windows = {w: REFERENCE.window_role(w) for w in explore.fault_kinds.get("failpoint").windows(REFERENCE)}
+    windows = {w: REFERENCE.window_role(w) for w in fault_kinds.get("failpoint").windows(REFERENCE)}
     for variant in range(30):
         faults = explore.faults_of(REFERENCE, [explore.Pick("failpoint", 2, variant), explore.Pick("failpoint", 4,
                                                                                                   variant + 1)])

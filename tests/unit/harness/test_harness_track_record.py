@@ -42,7 +42,7 @@ def test_every_checker_has_a_broken_variant_in_ci_or_a_written_reason():
     unknown = broken_variants_module().UNKNOWN_CASES
     assert WITHOUT_VARIANT <= {name for _, _, invariants in unknown for name in invariants}
     readme = (REPO_ROOT / "tests" / "broken" / "README.md").read_text()
-    for variant, scenario, _ in unknown:
+    for variant, _scenario, _ in unknown:
         assert (REPO_ROOT / "tests" / "broken" / variant / "main.py").is_file() and f"`{variant}/`" in readme
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from harness.checkers import duplicate_effects, state_regression, version_isolation
 from harness.checkers.base import INVALID, UNKNOWN, VALID, transitions_of
 
-from harness_histories import ATT, T0, Builder, happy, iso
+from harness_histories import ATT, T0, happy, iso
 
 V1_KEYS = {v: f"variants/{ATT}/1/{v}" for v in ("thumbnail", "crop", "optimized")}  # what happy() publishes
 V2_KEYS = {v: f"variants/{ATT}/v2/{v}" for v in ("thumbnail", "crop", "optimized")}

@@ -21,7 +21,6 @@ from prometheus_client import REGISTRY
 from reference import imaging
 from reference import worker as worker_module
 from reference.db.queries import queries
-from reference.failpoints import Failpoints
 from reference.keys import variant_key
 from reference.messages import JobMessage
 from reference.settings import Settings
