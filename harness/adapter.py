@@ -77,6 +77,12 @@ class Adapter(SchemaDocument):
         return self.raw.get("setup")
 
     @property
+    def setup_template(self) -> bool:
+        """[setup] template = true: the setup command only prepares the database (no broker or bucket state), so a
+        database it set up once may be cloned for each tenant (harness/run_setup.py ``database_template``)."""
+        return bool(self.setup) and self.setup.get("template") is True
+
+    @property
     def http(self) -> dict:
         return {"port": 0, "role": "api", "health_path": "/healthz", "startup_timeout_seconds": 30,
                 **(self.raw.get("http") or {})}

@@ -296,7 +296,7 @@ def _topology_warnings(sut: adapter_mod.Adapter, catalogue, level: int, report: 
     confirmed by the broker, yet lost (CONTRACT §4)."""
     from .scenarios import for_grade
 
-    if sut.setup:
+    if sut.setup and not sut.setup_template:
         return
     chosen, _ = for_grade(catalogue, sut, level)
     held = [s for s in chosen if held_from_start(s)]
@@ -304,8 +304,11 @@ def _topology_warnings(sut: adapter_mod.Adapter, catalogue, level: int, report: 
         return
     queue = _table(sut.raw, "broker").get("work_queue")
     producers = sut.expand_roles(["@producers"])
+    # [setup] template = true: the command runs once, in a template database; a tenant's broker never sees it.
     report.warnings.append(Problem("setup", (
-        f"no [setup] command: the work queue {queue!r} and its bindings must exist before the first publish, "
+        ("[setup] template = true (the setup command runs once, against a template database: it declares nothing "
+         "in a tenant's broker)" if sut.setup else "no [setup] command")
+        + f": the work queue {queue!r} and its bindings must exist before the first publish, "
         f"declared by a role that is never held (a producer: {', '.join(producers) or 'the HTTP role'}). If only a "
         f"consumer role ({', '.join(sut.roles_flagged('consumer'))}) declares it, it does not exist while "
         f"{_names(held)} hold every consumer from the start: those publishes are unroutable (confirmed, yet lost)")))

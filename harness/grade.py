@@ -15,7 +15,8 @@ from .checklist import ITEMS, capability_hint, satisfies, shown_status
 from .checkers import combine
 from .defaults import DEFAULT_PARALLEL  # noqa: F401 - re-exported for callers of grade()
 from .report import write_grade_reports
-from .runner import REPORTS_DIR, ScenarioRun, check_run_dir, prepare_ahead
+from .run_setup import template_key
+from .runner import REPORTS_DIR, ScenarioRun, check_run_dir, database_template, prepare_ahead
 from . import tenants_ahead, timing
 
 ALL_REQUIREMENTS = [f"BE-JOB-00{i}" for i in range(1, 8)]
@@ -376,10 +377,16 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
     by_name = {s.name: s for s in shared}
     ahead = (tenants_ahead.TenantsAhead(stack, seed, [s.name for s in shared], depth=2, held=bool(alone),
                                         prepare=lambda name, tenant: prepare_ahead(adapter, by_name[name], level,
-                                                                                   tenant))
+                                                                                   tenant),
+                                        # [setup] template = true: the setup command once per stack, tenants cloned
+                                        template=(lambda name: database_template(adapter, by_name[name], level, stack))
+                                        if getattr(adapter, "setup_template", False) else None)
              if tenants_ahead.enabled() and gate is None else None)  # under grade-many's gate a neighbour's
     # service restart could break a tenant made ahead: each run makes its own
     beside_pool = ThreadPoolExecutor(1, thread_name_prefix="beside") if beside else None
+    templates: list[dict] = []  # [setup] template = true: each stack's database templates, for "where the time went"
+    opted_in = getattr(adapter, "setup_template", False)
+    template_keys = {template_key(adapter, s, level) for s in chosen} if opted_in else set()
     fallback: list = []  # the second stack's scenarios, when it could not start: alone on the first, at the end
 
     def run_beside() -> None:
@@ -398,6 +405,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
             for scenario in beside:
                 run_one(scenario, on_stack=second)
         finally:
+            if template_keys:
+                templates.extend(second.template_stats(template_keys))
             second.stop()
 
     try:
@@ -422,6 +431,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
             run_one(scenario)
     finally:
         ahead_stats = ahead.close() if ahead is not None else None
+        if template_keys and hasattr(stack, "template_stats"):
+            templates.extend(stack.template_stats(template_keys))
         if own_stack:
             t = time.monotonic()
             stack.stop()
@@ -436,7 +447,8 @@ def grade(adapter, level: int, seed: int, *, only: list[str] | None = None, stac
         {"stack_start": timings.get("stack_start"), "stack_stop": timings.get("stack_stop"),
          **({"beside": {"scenarios": [s.name for s in beside if s not in fallback],
                         "stack_start": timings.get("stack_beside_start")}} if beside else {}),
-         **({"tenants_ahead": ahead_stats} if ahead_stats else {})})
+         **({"tenants_ahead": ahead_stats} if ahead_stats else {}),
+         **({"templates": templates} if templates else {})})
     write_grade_reports(grade_dir, results)
     return results, grade_dir
 

@@ -5,8 +5,11 @@ the run's id. ``harness.runner`` re-exports these names (the grade, the load rol
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
+import shutil
 import subprocess
 import tempfile
 import time
@@ -71,12 +74,61 @@ def run_setup_command(adapter, env: dict, log_path: Path) -> tuple[int, float]:
     return returncode, time.monotonic() - began
 
 
+# What differs from one tenant to the next in the environment the setup command sees: left out of a template's key.
+TENANT_VARIABLES = ("DATABASE_URL", "AMQP_URL", "AMQP_URLS", "S3_ENDPOINT_URL", "S3_BUCKET", "HTTP_PORT", "TMPDIR")
+
+
+class _NoTenant:
+    @staticmethod
+    def env(proxied: bool = True) -> dict:
+        return {}
+
+
+def template_key(adapter, scenario, level: int) -> str:
+    """Which database template a run's tenant may be cloned from: the adapter file, its setup command and the
+    environment that command sees, less the tenant's own values (its URLs, bucket, port and folder). Two scenarios
+    whose [timings] give the setup different variables get different templates."""
+    _, env = run_environment(adapter, scenario, level, _NoTenant(), 0, "")
+    env = {**env, **{k: str(v) for k, v in (adapter.setup.get("env") or {}).items()}}
+    seen = {k: v for k, v in env.items() if k not in TENANT_VARIABLES}
+    material = json.dumps([str(Path(adapter.path).resolve()), list(adapter.setup["command"]), sorted(seen.items())])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def database_template(adapter, scenario, level: int, stack):
+    """``(template, seconds)`` for a run's tenant: the stack's database template for this adapter and environment,
+    made now (the setup command run once, against a database of its own) when it is the first, with the seconds
+    this call spent making it (0 when it was made already). ``(None, 0)`` unless the adapter opts in with
+    ``[setup] template = true`` (every other adapter: the setup command runs in each tenant, as before). A template
+    whose setup failed is returned not ``ok``: its tenants are made empty and their runs run the setup themselves,
+    meeting the failure in their own history."""
+    if not getattr(adapter, "setup_template", False) or not hasattr(stack, "database_template"):
+        return None, 0.0
+    key = template_key(adapter, scenario, level)
+
+    def make(tenant) -> tuple[bool, float, str]:
+        port = int(adapter.http["port"]) or free_port()
+        role_tmp = tempfile.mkdtemp(prefix="harness-roles-")
+        log_path = Path(stack.run_dir) / "logs" / f"setup-template-{key[:16]}.log"
+        try:
+            _, env = run_environment(adapter, scenario, level, tenant, port, role_tmp)
+            returncode, seconds = run_setup_command(adapter, env, log_path)
+        finally:
+            shutil.rmtree(role_tmp, ignore_errors=True)
+        return returncode == 0, seconds, str(log_path)
+
+    began = time.monotonic()
+    template, made = stack.database_template(key, make)
+    return template, (time.monotonic() - began if made else 0.0)
+
+
 def prepare_ahead(adapter, scenario, level: int, tenant):
     """For a grade's tenants made ahead: this run's port, role folder and environment chosen now, and the adapter's
     setup command run in the fresh tenant with them, as the run would at its start. None when the adapter has no
-    setup command (nothing to gain). A setup that fails here raises: the grade drops the tenant and the run makes
-    its own, meeting the same failure in its own history."""
-    if not adapter.setup:
+    setup command (nothing to gain), or the tenant's database was cloned from a template (its setup already ran).
+    A setup that fails here raises: the grade drops the tenant and the run makes its own, meeting the same failure
+    in its own history."""
+    if not adapter.setup or getattr(tenant, "template", ""):
         return None
     port = int(adapter.http["port"]) or free_port()
     role_tmp = tempfile.mkdtemp(prefix="harness-roles-")

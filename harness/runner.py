@@ -31,8 +31,8 @@ from .broker import Management, Tap, amqp_queue_depth
 from .observe import ApiObserver, ObjectWatcher
 from .paths import reports_dir
 from .run_check import check_run_dir
-from .run_setup import (free_port, new_run_id, prepare_ahead, run_environment, run_setup_command,  # noqa: F401
-                        wait_http_healthy, with_port)
+from .run_setup import (database_template, free_port, new_run_id, prepare_ahead, run_environment,  # noqa: F401
+                        run_setup_command, wait_http_healthy, with_port)
 from .supervisor import Supervisor
 from .checkers.message_hygiene import storage_record
 
@@ -185,8 +185,13 @@ class ScenarioRun:
         tenant_name = f"h{self.seed % 100000}-{uuid.uuid4().hex[:6]}-{self.scenario.name[:20]}"
         # Its own Toxiproxy proxies: a cut or a toxic of this run reaches only its roles, so runs can share a stack.
         # A grade may have made it ahead while the previous scenario drained (harness/tenants_ahead.py).
+        # [setup] template = true: the database is cloned from the stack's template, where the setup command ran once
+        # (made now by the first run that needs it: that time is this run's setup_command part).
+        template, made_seconds = database_template(self.adapter, self.scenario, self.level, self.stack)
+        if made_seconds:
+            timing.add(self, "setup_command", made_seconds)
         with timing.split(self, "tenant"):
-            self.tenant = tenants_ahead.take_or_make(self, tenant_name)
+            self.tenant = tenants_ahead.take_or_make(self, tenant_name, template)
             self.toxiproxy = self.stack.tenant_toxiproxy(self.tenant)
         prepared = getattr(self, "prepared_ahead", None)  # the setup command already run by the grade, if any
         self.port = prepared.port if prepared else int(self.adapter.http["port"]) or free_port()
@@ -211,7 +216,18 @@ class ScenarioRun:
             self.history.append("note", message="setup command run ahead by the grade, in this tenant with this "
                                 "run's environment", seconds=round(prepared.seconds, 3))
             self.log(f"setup: run ahead ({prepared.seconds:.1f}s)")
+        elif self.adapter.setup and getattr(self.tenant, "template", ""):
+            (self.run_dir / "logs").mkdir(exist_ok=True)
+            if template is not None and template.log_path and Path(template.log_path).exists():
+                shutil.copyfile(template.log_path, self.run_dir / "logs" / "setup.log")
+            self.history.append("note", message="database cloned from the template the setup command ran in once "
+                                "([setup] template = true)", template=self.tenant.template,
+                                setup_seconds=round(template.setup_seconds, 3) if template is not None else None)
+            self.log(f"setup: database cloned from template {self.tenant.template}")
         elif self.adapter.setup:
+            if template is not None and not template.ok:
+                self.history.append("note", message="no database template (its setup failed, or it could not be "
+                                    "made): the setup command runs in this tenant", error=template.error)
             with timing.split(self, "setup_command"):
                 self.log(f"setup: {' '.join(self.adapter.resolve_command(self.adapter.setup['command']))}")
                 returncode, _ = run_setup_command(self.adapter, self.env, self.run_dir / "logs" / "setup.log")

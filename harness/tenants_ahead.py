@@ -8,6 +8,10 @@ run itself, in the same order. A tenant is fresh and private either way (a uniqu
 only existed a few seconds longer, touched by nothing but its setup command. A setup that fails ahead drops the
 tenant: the run makes its own and meets the failure in its own history.
 
+With ``template`` (an adapter that opts in with ``[setup] template = true``: ``runner.database_template``), each
+tenant's database is cloned from the stack's database template, made by the first tenant that needs it (the setup
+command runs there once); ``prepare`` then has no setup command to run in it.
+
 A scenario that restarts a shared service (``grade.runs_alone``, on a stack given to the grade) must not overlap a
 tenant being made: the grade calls ``hold()`` before it (waits for a tenant under way, drops the ready ones, makes
 none) and ``resume()`` after.
@@ -53,9 +57,10 @@ class Prepared:
 
 class TenantsAhead:
     def __init__(self, stack, seed: int, scenario_names: list[str], depth: int = 2, progress=None,
-                 held: bool = False, prepare=None):
+                 held: bool = False, prepare=None, template=None):
         self.stack = stack
         self.prepare = prepare  # (scenario name, tenant) -> Prepared | None, run after the tenant is made
+        self.template = template  # scenario name -> (DatabaseTemplate | None, seconds spent making it now)
         self.prepared: dict[str, Prepared] = {}  # tenant name -> what was prepared ahead for its run
         self.setup_seconds = 0.0
         self.seed = int(seed)
@@ -92,7 +97,12 @@ class TenantsAhead:
             began = time.monotonic()
             tenant = None
             try:
-                tenant = self.stack.new_tenant(tenant_name(self.seed, scenario), private_proxies=True)
+                template = None
+                if self.template is not None:
+                    template, made_seconds = self.template(scenario)
+                    self.setup_seconds += made_seconds  # the setup command, once, in the template
+                tenant = self.stack.new_tenant(tenant_name(self.seed, scenario), private_proxies=True,
+                                               **({"template": template} if template is not None else {}))
             except Exception as exc:  # the run makes its own and meets the same problem there, in its history
                 self.errors.append(f"{scenario}: {exc!r}")
             if tenant is not None and self.prepare is not None:
@@ -179,12 +189,15 @@ class TenantsAhead:
                 **({"errors": self.errors[:10]} if self.errors else {})}
 
 
-def take_or_make(run, name: str):
-    """The run's tenant: the one made ahead for it by the grade, else a new one (``harness run``, a miss)."""
+def take_or_make(run, name: str, template=None):
+    """The run's tenant: the one made ahead for it by the grade, else a new one (``harness run``, a miss), cloned
+    from ``template`` when one is given (``runner.database_template``)."""
     ahead = getattr(run, "tenants_ahead", None)
     tenant = ahead.take(run.scenario.name) if ahead is not None else None
     if tenant is not None:
         run.history.append("note", message="tenant prepared ahead by the grade", tenant=tenant.name)
         run.prepared_ahead = ahead.take_prepared(tenant)
         return tenant
+    if template is not None:
+        return run.stack.new_tenant(name, private_proxies=True, template=template)
     return run.stack.new_tenant(name, private_proxies=True)

@@ -129,6 +129,16 @@ def table_lines(summary: dict) -> list[str]:
         tail += (f"; tenants prepared ahead: {ahead.get('used', 0)} used, {ahead.get('missed', 0)} made on the spot, "
                  f"{ahead.get('seconds', 0):.1f}s of preparation off the scenarios' paths"
                  + (f" ({ahead['setup_seconds']:.1f}s of it the setup command)" if "setup_seconds" in ahead else ""))
+    for tpl in summary.get("templates") or ():  # [setup] template = true (harness/stack/stack.py DatabaseTemplate)
+        if tpl.get("ok"):
+            clones = tpl.get("clones", 0)
+            tail += (f"; database template {tpl.get('database')}: the setup command ran once ({tpl.get('setup_seconds', 0):.1f}s"
+                     f", {tpl.get('make_seconds', 0):.1f}s with its tenant), {clones} tenants cloned from it in "
+                     f"{tpl.get('clone_seconds', 0):.1f}s"
+                     + (f" ({tpl['clone_seconds'] / clones:.2f}s each)" if clones else ""))
+        else:
+            tail += (f"; database template {tpl.get('database')} not used ({tpl.get('error', 'not made')}): "
+                     "the setup command ran in each tenant")
     out.append(tail)
     return out
 

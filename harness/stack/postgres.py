@@ -150,8 +150,33 @@ class Postgres:
         return wait_until(self.ready, timeout, "PostgreSQL", process=self.process, abandon=abandon,
                           on_fail=lambda: self.process.tail() if self.process else "")
 
-    def create_database(self, name: str) -> None:
+    def create_database(self, name: str, template: str | None = None) -> None:
+        """A database ``name``; with ``template``, a copy of that database (``CREATE DATABASE … TEMPLATE``: no other
+        session may be connected to the template meanwhile; this session is on ``postgres``)."""
         with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
             exists = conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone()
             if not exists:
-                conn.execute(psycopg.sql.SQL("create database {}").format(psycopg.sql.Identifier(name)))
+                sql = psycopg.sql
+                if template:
+                    conn.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name),
+                                                                                  sql.Identifier(template)))
+                else:
+                    conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+
+    def seal_template(self, name: str) -> None:
+        """Make database ``name`` a template no one can connect to (a role of a run cannot change what the next
+        tenants are cloned from), and end any session still on it (a setup command's pool closing late)."""
+        sql = psycopg.sql
+        with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
+            conn.execute(sql.SQL("alter database {} with is_template true allow_connections false")
+                         .format(sql.Identifier(name)))
+            conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where datname = %s and pid <> "
+                         "pg_backend_pid()", (name,))
+
+    def drop_template(self, name: str, connect_timeout: float = 3) -> None:
+        """Drop a database ``seal_template`` made a template."""
+        sql = psycopg.sql
+        with psycopg.connect(self.url(), connect_timeout=connect_timeout, autocommit=True) as conn:
+            if conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+                conn.execute(sql.SQL("alter database {} with is_template false").format(sql.Identifier(name)))
+                conn.execute(sql.SQL("drop database {} with (force)").format(sql.Identifier(name)))

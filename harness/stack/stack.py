@@ -62,6 +62,8 @@ class Tenant:
     proxy_names: dict[str, str] = field(default_factory=lambda: {name: name for name in SERVICES})
     # A RabbitMQ cluster: every node's management API (the first is rabbitmq_management_url).
     rabbitmq_management_urls: tuple[str, ...] = ()
+    # The database was cloned from this template (the adapter's setup already ran in it); "" when made empty.
+    template: str = ""
 
     def env(self, proxied: bool = True) -> dict[str, str]:
         urls = self.proxied if proxied else self.direct
@@ -71,6 +73,34 @@ class Tenant:
         if urls.amqp_urls:  # a cluster: every broker, each through its own proxy (docs/CONTRACT.md §2)
             env["AMQP_URLS"] = urls.amqp_urls
         return env
+
+
+@dataclass
+class DatabaseTemplate:
+    """A database the adapter's setup command ran in once ([setup] template = true), which tenants are cloned from
+    (``CREATE DATABASE … TEMPLATE``). Made once per stack per key (``Stack.database_template``), kept while the stack
+    lives; ``ok`` False (its setup failed, or it could not be made) means tenants are made empty, as without it."""
+
+    key: str
+    database: str
+    ok: bool = False
+    done: bool = False
+    setup_seconds: float = 0.0  # the setup command's time, once
+    make_seconds: float = 0.0  # the template made: its tenant, the setup command, sealed
+    log_path: str = ""
+    error: str = ""
+    clones: int = 0
+    clone_seconds: float = 0.0
+    clone_errors: list[str] = field(default_factory=list)
+    # Held while the template is made and around every clone: CREATE DATABASE … TEMPLATE needs no other session on
+    # it, so tenants made in parallel copy it one at a time.
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def stats(self) -> dict:
+        return {"key": self.key[:16], "database": self.database, "ok": self.ok, "setup_seconds": round(self.setup_seconds, 2),
+                "make_seconds": round(self.make_seconds, 2), "clones": self.clones,
+                "clone_seconds": round(self.clone_seconds, 2), **({"error": self.error} if self.error else {}),
+                **({"clone_errors": self.clone_errors[:5]} if self.clone_errors else {})}
 
 
 # Toxiproxy first (clients see their connections end), RabbitMQ before its epmd.
@@ -118,6 +148,9 @@ class Stack:
     # A RabbitMQ cluster's other nodes ("rabbitmq-2", ...); `rabbitmq` is its first node. Empty: one node.
     rabbitmq_peers: list[RabbitMQ] = field(default_factory=list)
     _state_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # [setup] template = true: key -> the database template made on this stack (``database_template``)
+    _templates: dict[str, DatabaseTemplate] = field(default_factory=dict, repr=False)
+    _templates_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     s3_access_key = ACCESS_KEY
     s3_secret_key = SECRET_KEY
@@ -282,14 +315,17 @@ class Stack:
     def toxiproxy(self) -> Toxiproxy:
         return self.toxiproxy_server.client()
 
-    def new_tenant(self, name: str, private_proxies: bool = False) -> Tenant:
+    def new_tenant(self, name: str, private_proxies: bool = False, template: DatabaseTemplate | None = None) -> Tenant:
         """A fresh database, vhost and bucket named after `name` (lower-cased, safe characters only). With
         ``private_proxies`` its proxied URLs go through Toxiproxy proxies of its own (removed by ``close_tenant``),
-        so its network faults reach no other tenant."""
+        so its network faults reach no other tenant. With a ``template`` that is ``ok``, the database is a copy of
+        it (the tenant's ``template`` names it); should the copy fail, the database is made empty, as without one."""
         safe = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "tenant"
         db_name = safe.replace("-", "_")
         bucket = safe if len(safe) >= 3 else f"{safe}-bucket"
-        self.postgres.create_database(db_name)
+        cloned = self._clone_database(db_name, template) if template is not None and template.ok else ""
+        if not cloned:
+            self.postgres.create_database(db_name)
         self.rabbitmq.create_vhost(safe)
         self.s3.create_bucket(bucket)
         names = {service: service for service in self.service_names()}
@@ -311,7 +347,71 @@ class Stack:
             proxied=ServiceUrls(self.postgres.url(db_name, port=pg), self.rabbitmq.amqp_url(safe, port=rmq),
                                 self.s3.endpoint_url(port=s3), self._amqp_urls(safe, ports)),
             proxy_names=names,
-            rabbitmq_management_urls=tuple(n.management_url for n in self.rabbitmq_nodes) if self.rabbitmq_peers else ())
+            rabbitmq_management_urls=tuple(n.management_url for n in self.rabbitmq_nodes) if self.rabbitmq_peers else (),
+            template=cloned)
+
+    # --- database templates ([setup] template = true) -----------------------------------------
+    def _clone_database(self, db_name: str, template: DatabaseTemplate) -> str:
+        """``db_name`` as a copy of ``template``; the template's name, or "" when the copy failed."""
+        with template.lock:  # one copy at a time: CREATE DATABASE … TEMPLATE refuses a template in use
+            began = time.monotonic()
+            try:
+                self.postgres.create_database(db_name, template=template.database)
+            except Exception as exc:
+                template.clone_errors.append(f"{db_name}: {type(exc).__name__}: {exc}")
+                return ""
+            template.clones += 1
+            template.clone_seconds += time.monotonic() - began
+        return template.database
+
+    def database_template(self, key: str, make) -> tuple[DatabaseTemplate, bool]:
+        """The database template for ``key`` on this stack, made on first use: a tenant of its own (database, vhost,
+        bucket, private proxies: the shape a run's tenant has) in which ``make(tenant)`` runs the adapter's setup
+        command and returns ``(ok, setup seconds, log path)``; then its proxies are removed and the database is
+        sealed (``Postgres.seal_template``). Returns the template and whether this call made it. A template whose
+        making failed is kept as not ``ok``: it is not tried again, and tenants are made empty."""
+        with self._templates_lock:
+            template = self._templates.get(key)
+            if template is None:
+                template = self._templates[key] = DatabaseTemplate(key, f"tpl_{key[:16]}")
+        with template.lock:
+            if template.done:
+                return template, False
+            began = time.monotonic()
+            try:
+                tenant = self.new_tenant(f"tpl-{key[:16]}", private_proxies=True)
+                try:
+                    ok, template.setup_seconds, template.log_path = make(tenant)
+                finally:
+                    self.close_tenant(tenant)
+                if ok:
+                    self.postgres.seal_template(template.database)
+                    template.ok = True
+                else:
+                    template.error = f"the setup command failed in the template (see {template.log_path})"
+            except Exception as exc:  # its tenants are made empty, their runs run the setup themselves
+                template.error = f"{type(exc).__name__}: {exc}"
+            template.make_seconds = time.monotonic() - began
+            template.done = True
+            return template, True
+
+    def template_stats(self, keys=None) -> list[dict]:
+        """What each database template made on this stack cost and served (only those of ``keys``, when given)."""
+        with self._templates_lock:
+            return [t.stats() for t in self._templates.values() if t.done and (keys is None or t.key in keys)]
+
+    def drop_templates(self) -> None:
+        """Drop every database template made on this stack (the stack is stopping); best effort."""
+        with self._templates_lock:
+            templates = [t for t in self._templates.values() if t.ok]
+        for template in templates:
+            with template.lock:
+                try:
+                    self.postgres.drop_template(template.database)
+                    template.ok = False
+                except Exception as exc:
+                    print(f"[stack] could not drop the database template {template.database}: {exc}",
+                          file=sys.stderr)
 
     def role_proxy(self, tenant: Tenant, role: str, service: str) -> int:
         """A proxy of its own for one role's link to ``service`` (every instance of the role goes through it), so a
@@ -379,6 +479,8 @@ class Stack:
         Safe to call twice, and not cut short by a second Ctrl-C.
         """
         errors = []
+        if self._templates and self.alive("postgres"):
+            self.drop_templates()
         with signals_deferred():
             processes = self.processes()
             for name in stop_order(processes):
