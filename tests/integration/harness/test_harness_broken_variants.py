@@ -17,7 +17,11 @@ pytestmark = pytest.mark.integration
 SEED = 4242
 # A bug that shows only when a crash lands while a second delivery is still unfinished is provoked by timing: its
 # case gets further seeds, tried in turn until one run shows it (each run is reported with its own seed).
-TIMING_SEEDS = {"ack_multiple": (SEED, 7, 11, 13, 17)}  # all of 4242, 7 and 11 missed it once in a loaded CI run
+TIMING_SEEDS = {"ack_multiple": (SEED, 7, 11, 13, 17),  # all of 4242, 7 and 11 missed it once in a loaded CI run
+                # Exact backoff on a 1 s poller, each job's work 0-1 s long: on a loaded machine that work's spread
+                # can leave the late retries' spread in the band that proves neither (unknown, never valid): 4242
+                # did once in a CI rehearsal; 1, 3 and 4 were invalid when it was written.
+                "exact_backoff_polled": (SEED, 1, 3, 4)}
 CASES = [
     # variant folder, the one scenario that catches it, the invariants that must call it invalid
     ("ack_before_commit", "window-s3-commit-failpoint", {"ack_after_commit"}),
