@@ -25,8 +25,11 @@ def test_a_short_prefetch_curve_of_the_reference(stack, tmp_path):
     for s in result["summaries"]:
         assert not s.get("error"), s
         assert s["drained"] and s["states"] == {"ready": 200}
-        assert 1 <= s["max_unacked"] <= s["prefetch"] and s["consumer_prefetch"] == s["prefetch"]
+        assert s["max_unacked"] <= s["prefetch"] and s["consumer_prefetch"] == s["prefetch"]
         assert s["jobs_per_s"] > 0 and s["rss_ratio"] is not None
+    # The sampler saw work in flight. Not asserted per level: on a loaded machine the broker's channel statistics
+    # lagged a whole 10 s drain once (13 samples of prefetch 16, every one 0 unacked).
+    assert max(s["max_unacked"] for s in result["summaries"]) >= 1
     checks = {(c["check"], c["prefetch"]): c["status"] for c in result["checks"]}
     assert set(checks) == {(name, p) for name in ("unacked_within_prefetch", "rss_flat", "throughput") for p in (1, 16)}
     assert all(checks[("unacked_within_prefetch", p)] == "pass" for p in (1, 16))

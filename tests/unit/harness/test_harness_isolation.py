@@ -41,6 +41,10 @@ def test_mount_script_binds_back_what_a_blocked_home_or_tmp_would_hide(tmp_path,
     reports.mkdir()
     (home / "runner" / "work" / "sub" / "main.py").write_text("")
     monkeypatch.setattr(isolation, "_traversable", lambda p: Path(p) != home / "runner")
+    # Only the submission's own folders: where this checkout and its venv live (under /tmp, say) is not the point.
+    needed = isolation.needed_paths
+    monkeypatch.setattr(isolation, "needed_paths",
+                        lambda argv, env: [p for p in needed(argv, env) if p.is_relative_to(home)])
     argv = ["/usr/bin/python3", str(home / "runner" / "work" / "sub" / "main.py"), "worker"]
     script = isolation.mount_script(3, argv, {"TMPDIR": "/tmp"}, hide=[reports, tmp_path / "nowhere"])
     lines = script.splitlines()
