@@ -129,16 +129,19 @@ def table_lines(summary: dict) -> list[str]:
         tail += (f"; tenants prepared ahead: {ahead.get('used', 0)} used, {ahead.get('missed', 0)} made on the spot, "
                  f"{ahead.get('seconds', 0):.1f}s of preparation off the scenarios' paths"
                  + (f" ({ahead['setup_seconds']:.1f}s of it the setup command)" if "setup_seconds" in ahead else ""))
-    for tpl in summary.get("templates") or ():  # [setup] template = true (harness/stack/stack.py DatabaseTemplate)
-        if tpl.get("ok"):
-            clones = tpl.get("clones", 0)
-            tail += (f"; database template {tpl.get('database')}: the setup command ran once ({tpl.get('setup_seconds', 0):.1f}s"
-                     f", {tpl.get('make_seconds', 0):.1f}s with its tenant), {clones} tenants cloned from it in "
-                     f"{tpl.get('clone_seconds', 0):.1f}s"
-                     + (f" ({tpl['clone_seconds'] / clones:.2f}s each)" if clones else ""))
-        else:
+    templates = summary.get("templates") or []  # [setup] template = true (harness/stack/stack.py DatabaseTemplate)
+    made = [t for t in templates if t.get("ok")]
+    if made:  # one per stack and environment the setup command sees (a scenario's [timings] may change it)
+        clones = sum(t.get("clones", 0) for t in made)
+        cloned = sum(t.get("clone_seconds", 0) for t in made)
+        tail += (f"; database templates: the setup command ran {len(made)} time{'s' if len(made) != 1 else ''} ("
+                 f"{sum(t.get('setup_seconds', 0) for t in made):.1f}s, "
+                 f"{sum(t.get('make_seconds', 0) for t in made):.1f}s with their tenants), {clones} tenants cloned "
+                 f"from them in {cloned:.1f}s" + (f" ({cloned / clones:.2f}s each)" if clones else ""))
+    for tpl in templates:
+        if not tpl.get("ok"):
             tail += (f"; database template {tpl.get('database')} not used ({tpl.get('error', 'not made')}): "
-                     "the setup command ran in each tenant")
+                     "the setup command ran in each of its tenants")
     out.append(tail)
     return out
 

@@ -299,8 +299,8 @@ def test_where_the_time_went_shows_the_setup_once_and_the_clones():
                                extra={"templates": [{"database": "tpl_1", "ok": True, "setup_seconds": 1.2,
                                                      "make_seconds": 1.4, "clones": 2, "clone_seconds": 0.2}]})
     tail = timing.table_lines(summary)[-1]
-    assert "database template tpl_1: the setup command ran once (1.2s" in tail
-    assert "2 tenants cloned from it in 0.2s (0.10s each)" in tail
+    assert "database templates: the setup command ran 1 time (1.2s, 1.4s with their tenants)" in tail
+    assert "2 tenants cloned from them in 0.2s (0.10s each)" in tail
     failed = timing.summarise([("a", {"setup": 2.0}, {})], extra={"templates": [
         {"database": "tpl_2", "ok": False, "error": "the setup command failed in the template"}]})
     assert "not used (the setup command failed in the template)" in timing.table_lines(failed)[-1]
