@@ -38,7 +38,8 @@ def _processes():
             yield int(proc.name), argv
 
 
-def _listening_ports() -> list[int]:
+def _listening_ports(uid: int | None = None) -> list[int]:
+    """Every listening TCP port, or only those of sockets owned by ``uid``."""
     ports = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -47,7 +48,7 @@ def _listening_ports() -> list[int]:
             continue
         for row in rows:
             fields = row.split()
-            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+            if len(fields) > 7 and fields[3] == "0A" and (uid is None or int(fields[7]) == uid):  # LISTEN
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return sorted(ports)
 
@@ -79,7 +80,12 @@ def open_ports() -> None:
     """Connect to every listening loopback port: the management API, the services' direct ports, the harness."""
     import re
 
+    # Its own: the ports its environment names, and its own submission's listeners (its other roles' HTTP and
+    # metrics ports, which the sandbox lets every role of the submission reach).
     mine = {int(p) for value in os.environ.values() for p in re.findall(r"127\.0\.0\.1:(\d+)", value)}
+    mine |= {int(v) for k, v in os.environ.items() if k.endswith("PORT") and v.isdigit()}
+    if os.getuid() != 0:  # isolated: a user of its own (unisolated, as root, every listener would count)
+        mine |= set(_listening_ports(os.getuid()))
     ports = _listening_ports()
     reached = []
     for port in ports:
