@@ -19,44 +19,22 @@ import time
 import urllib.request
 from pathlib import Path
 
-from reference.cli import main
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/cheats: cheatlib (its /proc readers)
+
+import cheatlib  # noqa: E402
+
+from reference.cli import main  # noqa: E402
 
 log = logging.getLogger("cheat.heal_toxiproxy")
 
 
 def _from_proc() -> list[str]:
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if not argv or "toxiproxy" not in Path(argv[0]).name:
-            continue
-        host, port = "127.0.0.1", None
-        for flag, value in zip(argv, argv[1:]):
-            if flag in ("-host", "--host"):
-                host = value
-            if flag in ("-port", "--port"):
-                port = value
-        found.append(f"http://{host}:{port or 8474}")
+    for _pid, argv in cheatlib._processes():
+        if "toxiproxy" in Path(argv[0]).name:
+            host = cheatlib._flag(argv, "-host", "--host") or "127.0.0.1"
+            found.append(f"http://{host}:{cheatlib._flag(argv, '-port', '--port') or 8474}")
     return found
-
-
-def _listening_ports() -> list[int]:
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            rows = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 3 and fields[3] == "0A":  # LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return sorted(ports)
 
 
 def _get(url: str, timeout: float = 0.3):
@@ -100,7 +78,7 @@ def _my_tenant(base: str) -> str | None:
 
 
 def find_api() -> tuple[str, str] | None:
-    bases = _from_proc() + [f"http://127.0.0.1:{port}" for port in _listening_ports()]
+    bases = _from_proc() + [f"http://127.0.0.1:{port}" for port in cheatlib._listening_ports()]
     for base in bases:
         tenant = _my_tenant(base)
         if tenant is not None:
