@@ -198,6 +198,26 @@ def _returned_by_trace(history, failure, looked: list[dict], starts) -> list[dic
     return [{**looked[0], "kind": "traced_redeliveries", "messages": messages}]
 
 
+def _committed_unacked(failure, returned, members, trans_of, starts) -> list[dict]:
+    """Returned deliveries whose job had committed before the crash: in flight on the consumer all the same, since
+    the broker gave them back (committed, never acknowledged — the very window). With several workers of one
+    process committing together, every item of the batch may have left ``processing`` by the time the crash
+    lands: the broker's redeliveries, not the implementation's states, say the batch was there."""
+    known = {m["attachment_id"] for m in members}
+    since = _started_at(failure, starts)
+    out = []
+    for m in returned:
+        attachment_id = m.get("attachment_id")
+        if attachment_id in known:
+            continue
+        stays = [s for s in _intervals(trans_of(attachment_id)) if s["end"] is not None
+                 and s["end"] <= failure["start"] and (since is None or s["start"] >= since)]
+        if stays and stays[-1]["to"] in TERMINAL_STATES:
+            known.add(attachment_id)
+            out.append({"attachment_id": attachment_id, "stay": stays[-1]})
+    return out
+
+
 def _started_at(failure, starts) -> float | None:
     """When the crashed instance was last started before the crash: what it claimed earlier, it does not hold."""
     return max((e["wall"] for e in starts if e.get("role") == failure["instance"] and e["wall"] < failure["start"]),
@@ -262,8 +282,10 @@ def check(history, final, run) -> Verdict:
         returned_most = max(returned_most, len(returned))
         near = multi if one_at_a_time else [e for e in multi
                                             if failure["start"] - window <= e["wall"] <= failure["end"] + lag]
+        if failure["kind"] == "crash":
+            committed += _committed_unacked(failure, returned, in_flight + committed, trans_of, starts)
         size = len(in_flight) + len(committed)
-        if size < 2 or (failure["kind"] == "crash" and not in_flight):
+        if size < 2 or (failure["kind"] == "crash" and not in_flight and len(returned) < 2):
             skipped.append(f"{what}: nothing else in flight with it ({size} item{'s' if size != 1 else ''})")
             continue
         if len(returned) >= 2:

@@ -263,6 +263,40 @@ def test_a_traced_redelivery_of_the_committed_item_counts_toward_the_whole_batch
     assert crash["proven_by"] == "returned" and set(crash["returned"]) == {GOOD1, GOOD2}
 
 
+def test_a_batch_that_committed_whole_before_the_crash_landed_is_proven_by_the_broker():
+    # Two workers of one process claim GOOD1 and GOOD2 together and commit within a millisecond; the failpoint
+    # crashes at the first commit, but the second lands before the process dies. At the crash no item is
+    # ``processing`` any more, yet the broker hands both out again, redelivered: both were in flight on the
+    # consumer, unacknowledged. (It once said "nothing else in flight with it (0 items)": unknown, on a Go
+    # service graded in CI.)
+    b = Builder(scenario=BATCH, roles=ROLES)
+    b.run["adapter"]["consumers"] = ["jobs"]
+    for attachment_id, job, op in ((GOOD1, "j-1", "u0001"), (GOOD2, "j-2", "u0002"), (GOOD3, "j-3", "u0003")):
+        b.upload(1.0, attachment_id, job_id=job, op=op)
+    b.add(0.5, "observe", source="firehose", deliveries=True)
+    b.add(5.0, "role", role="jobs", action="start", pid=1234)
+    b.transitions(GOOD1, [(1.05, None, "queued", 1, "api"), (5.2, "queued", "processing", 1, "w"),
+                          (5.4, "processing", "ready", 1, "w")])
+    b.transitions(GOOD2, [(1.1, None, "queued", 1, "api"), (5.21, "queued", "processing", 1, "w"),
+                          (5.401, "processing", "ready", 1, "w")])
+    b.transitions(GOOD3, [(1.15, None, "queued", 1, "api"), (8.6, "queued", "processing", 1, "w"),
+                          (8.9, "processing", "ready", 1, "w")])
+    b.add(5.45, "fault", action="crash", phase="hit", role="jobs", window="after_commit_before_ack")
+    b.add(5.7, "queue", kind="peek", queue="work", ready=3)
+    b.add(8.0, "role", role="jobs", action="start", pid=1235)
+    for at, attachment_id, job in ((8.1, GOOD1, "j-1"), (8.11, GOOD2, "j-2")):
+        b.add(at, "delivery", job_id=job, attachment_id=attachment_id, attempt=1, redelivered=1, queue="work")
+    b.events.sort(key=lambda e: e["t"])
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    crash = next(e for e in verdict.evidence if e.get("failure") == "crash")
+    assert set(crash["batch"]) == {GOOD1, GOOD2} and crash["proven_by"] == "returned"
+    # One redelivery alone proves nothing: the crash is still named as unproven.
+    b.events = [e for e in b.events if not (e["type"] == "delivery" and e.get("attachment_id") == GOOD2)]
+    verdict = check(b)
+    assert verdict.status == UNKNOWN and "returned 2 or more at once (at most 1)" in verdict.summary, verdict.summary
+
+
 def _members_by_scan(failure, accepted, trans_of):
     """The members of a failure by a pass over every attachment (the definition the indexed query must match)."""
     from harness.checkers.batch_independence import _intervals
