@@ -54,8 +54,20 @@ ROLE = textwrap.dedent("""
             os.execv("/bin/sleep", ["sleep", "300"])
         os._exit(0)
     os.wait()
-    found["daemon"] = [int(p) for p in os.listdir("/proc") if p.isdigit() and os.stat(f"/proc/{p}").st_uid == os.getuid()
-                       and open(f"/proc/{p}/cmdline", "rb").read().startswith(b"sleep")]
+    def sleepers():
+        pids = []
+        for p in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.stat(f"/proc/{p}").st_uid == os.getuid() and open(f"/proc/{p}/cmdline", "rb").read().startswith(b"sleep"):
+                    pids.append(int(p))
+            except OSError:
+                pass
+        return pids
+    # The grandchild may not have reached its exec yet when the middle child is reaped (a loaded machine).
+    deadline = time.monotonic() + 10
+    while not sleepers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found["daemon"] = sleepers()
     print(json.dumps(found), flush=True)
     time.sleep(300)
 """)
