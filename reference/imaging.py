@@ -202,6 +202,20 @@ def warm_up(limits: Limits) -> int:
     return len(render_variants(buffer.getvalue(), tuple(RENDERERS), limits))
 
 
+def header_pixels(data: bytes) -> int | None:
+    """Width x height as the image's header states it, read without decoding any pixel data (Pillow opens lazily;
+    the render decodes the first frame only). None when the header cannot be read. For the worker's render pool:
+    how expensive a render the header promises (issue 23 defect 12)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data), formats=("JPEG", "PNG", "GIF", "WEBP")) as image:
+                width, height = image.size
+    except Exception:  # noqa: BLE001 - any unreadable header promises nothing
+        return None
+    return width * height if width > 0 and height > 0 else None
+
+
 def render_variants(data: bytes, variants: tuple[str, ...] | list[str], limits: Limits, *,
                     methods: dict[str, int] | None = None, draft: bool = True) -> list[RenderedVariant]:
     """Decode ``data`` once and render every requested variant (pool entry point). ``methods`` and ``draft``

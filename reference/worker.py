@@ -45,6 +45,10 @@ DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 DB_UNAVAILABLE = (*DB_ERRORS, psycopg.errors.ReadOnlySqlTransaction)
 UNEXPECTED_BACKOFF_CAP_SECONDS = 30.0
 RELEASE_TIMEOUT_SECONDS = 1.0
+# A render whose header promises at most this many pixels per second of its time limit is retried once in a fresh
+# process when it runs over the limit (issue 23 defect 12). About a third of the slowest throughput measured here
+# (a 3 MP photo JPEG renders all three variants at ~14 MP/s, a 16 MP PNG at ~27 MP/s on one core).
+CHEAP_DECODE_PIXELS_PER_SECOND = 5_000_000
 COMMIT_REFUSALS = 3  # a fenced commit refused this often while the job still looks ours: give it up (nack)
 TRANSIENT_ERRORS = (StorageUnavailable, FailpointError, concurrent.futures.process.BrokenProcessPool,
                     asyncio.TimeoutError, ConnectionError, *DB_ERRORS)
@@ -91,6 +95,15 @@ async def _wait_any(*events: asyncio.Event, timeout: float) -> None:
             waiter.cancel()
 
 
+class _OverLimit(Exception):
+    """A render ran over its time limit; its process is being replaced (``fresh``: the replacement, handed to
+    this render only, or None)."""
+
+    def __init__(self, fresh: "asyncio.Future | None"):
+        super().__init__("over the time limit")
+        self.fresh = fresh
+
+
 class RenderPool:
     """Pillow renders in child processes, each process rendering one image at a time.
 
@@ -100,7 +113,13 @@ class RenderPool:
     process, so no neighbour's render is cancelled, broken or timed out by it; a replacement is warmed up before it
     takes work, so its start-up is not charged to the next render either. A process that dies while idle (an OOM
     kill) leaves an executor that refuses work: the render that finds it replaces it and takes the next idle one;
-    a replacement that does not start within ``start_timeout`` is killed and another one started."""
+    a replacement that does not start within ``start_timeout`` is killed and another one started.
+
+    A time-out is not always the image's fault: a process that got no CPU (a loaded machine) or a slow neighbour
+    can push a small image past the limit. An image whose header promises a decode far below the limit
+    (``promises_cheap_decode``) is therefore rendered once more, in the fresh process that replaced the one that
+    timed out, with its own full limit; only a second time-out makes it ``decode_timeout``. An image whose header
+    promises an expensive decode is timed out at once."""
 
     def __init__(self, workers: int, limits: imaging.Limits, timeout_seconds: float,
                  start_timeout_seconds: float = 30.0):
@@ -118,6 +137,7 @@ class RenderPool:
             future.result()
 
     async def render(self, data: bytes, variants: tuple[str, ...]) -> list[imaging.RenderedVariant]:
+        cheap = self.promises_cheap_decode(data)
         while True:
             executor = await self.idle.get()  # queueing for a process is not part of the time limit
             try:
@@ -130,10 +150,42 @@ class RenderPool:
                 # is charged (issue 23 defect 1: a broken executor was neither returned nor replaced).
                 self._replace(executor, "its idle process died")
         try:
+            return await self._finish(executor, future, keep_replacement=cheap)
+        except _OverLimit as over:
+            fresh = over.fresh
+        if fresh is None:
+            raise imaging.ImageRejected("decode_timeout", f"over {self.timeout:g}s")
+        # Its header promises a decode far below the limit: the time-out says more about the machine than about
+        # the file. Once more, in the fresh process that replaced the one that timed out (issue 23 defect 12).
+        log.warning("a render whose header promises a cheap decode ran over %gs; once more in a fresh process",
+                    self.timeout)
+        metrics.JOBS.labels("render_retried").inc()
+        executor = await fresh  # cancelled while waiting: the replacement goes to the idle queue (_start)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(executor, imaging.render_variants, data, variants,
+                                                                self.limits)
+        except (concurrent.futures.process.BrokenProcessPool, RuntimeError):
+            self._replace(executor, "its process died")
+            raise concurrent.futures.process.BrokenProcessPool("a fresh render process died") from None
+        try:
+            return await self._finish(executor, future, keep_replacement=False)
+        except _OverLimit:
+            raise imaging.ImageRejected("decode_timeout", f"over {self.timeout:g}s twice, the second time in a "
+                                                          "fresh process") from None
+
+    def promises_cheap_decode(self, data: bytes) -> bool:
+        """True when the image's header (read without decoding) promises a render far below the time limit: at
+        most CHEAP_DECODE_PIXELS_PER_SECOND x the limit pixels (the first frame's, which is all a render decodes).
+        Unreadable: promises nothing."""
+        pixels = imaging.header_pixels(data)
+        return pixels is not None and pixels <= CHEAP_DECODE_PIXELS_PER_SECOND * self.timeout
+
+    async def _finish(self, executor, future, keep_replacement: bool) -> list[imaging.RenderedVariant]:
+        try:
             result = await asyncio.wait_for(future, self.timeout)
         except asyncio.TimeoutError:
-            self._replace(executor, "decode time limit exceeded")
-            raise imaging.ImageRejected("decode_timeout", f"over {self.timeout:g}s") from None
+            raise _OverLimit(self._replace(executor, "decode time limit exceeded",
+                                           keep=keep_replacement)) from None
         except concurrent.futures.process.BrokenProcessPool:
             self._replace(executor, "its process died")
             raise
@@ -146,38 +198,52 @@ class RenderPool:
         self.idle.put_nowait(executor)
         return result
 
-    def _replace(self, executor, why: str) -> None:
+    def _replace(self, executor, why: str, keep: bool = False) -> "asyncio.Future | None":
+        """Kill ``executor``'s process and start a replacement. ``keep``: the warmed-up replacement is handed to the
+        caller (the returned future) instead of the idle queue — unless the caller stopped waiting for it."""
         log.warning("replacing one image process: %s", why)
         self.executors.discard(executor)
         imaging.kill_pool(executor)
         replacement = imaging.make_pool(1, self.limits)
         self.executors.add(replacement)
-        task = asyncio.get_running_loop().create_task(self._start(replacement))
+        loop = asyncio.get_running_loop()
+        handoff = loop.create_future() if keep else None
+        task = loop.create_task(self._start(replacement, handoff))
         self.starting.add(task)
         task.add_done_callback(self.starting.discard)
+        return handoff
 
     async def _warm(self, executor) -> None:
         await asyncio.get_running_loop().run_in_executor(executor, imaging.warm_up, self.limits)
 
-    async def _start(self, executor) -> None:
-        """Make the replacement's process ready, then let it take work. A start that fails or does not finish
-        within ``start_timeout`` (a hung fork, a warm-up that never returns) is given up and another replacement
-        tried: the slot is never lost."""
-        while True:
-            try:
-                await asyncio.wait_for(self._warm(executor), self.start_timeout)
-                break
-            except Exception as exc:  # could not start (TimeoutError included): try a fresh one
-                log.warning("image process did not start (%s); retrying", type(exc).__name__)
-                self.executors.discard(executor)
-                imaging.kill_pool(executor)
-                executor = imaging.make_pool(1, self.limits)  # the slot is counted while it waits to retry
-                self.executors.add(executor)
-                await asyncio.sleep(0.5)
-        if executor in self.executors:
-            self.idle.put_nowait(executor)
-        else:  # shut down meanwhile
+    async def _start(self, executor, handoff: "asyncio.Future | None" = None) -> None:
+        """Make the replacement's process ready, then let it take work (or hand it to the render waiting for it
+        in ``handoff``). A start that fails or does not finish within ``start_timeout`` (a hung fork, a warm-up
+        that never returns) is given up and another replacement tried: the slot is never lost."""
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._warm(executor), self.start_timeout)
+                    break
+                except Exception as exc:  # could not start (TimeoutError included): try a fresh one
+                    log.warning("image process did not start (%s); retrying", type(exc).__name__)
+                    self.executors.discard(executor)
+                    imaging.kill_pool(executor)
+                    executor = imaging.make_pool(1, self.limits)  # the slot is counted while it waits to retry
+                    self.executors.add(executor)
+                    await asyncio.sleep(0.5)
+        except BaseException:
+            if handoff is not None and not handoff.done():
+                handoff.cancel()  # shut down: the render waiting for it ends too
+            raise
+        if executor not in self.executors:  # shut down meanwhile
             imaging.kill_pool(executor)
+            if handoff is not None and not handoff.done():
+                handoff.cancel()
+        elif handoff is not None and not handoff.done():
+            handoff.set_result(executor)
+        else:
+            self.idle.put_nowait(executor)
 
     def shutdown(self) -> None:
         for task in list(self.starting):
