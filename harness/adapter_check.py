@@ -24,27 +24,19 @@ from importlib import resources
 from pathlib import Path
 
 from . import adapter as adapter_mod
+from . import checkers as _checkers
 from .nemesis import timings_needed
 from .schemas import validator
 
 SKELETON = "adapter_skeleton.toml"
 SCHEMA = "adapter.schema.json"
 
-# Checkers that say `unknown` without a timing (see each checker's `missing_timings` / `timing` use), and whether
-# they do so in every scenario or only in the scenarios that name them in `checks` (where what they need happens:
-# a consumer crash, a pause, orphans, a held consumer). tests/unit/harness/test_harness_adapter_check.py keeps this
-# table in step with the checkers' sources.
-TIMING_CHECKERS: dict[str, tuple[str, ...]] = {
-    "lease_seconds": ("ack_after_commit", "lease_ownership", "lease_renewal", "owner_overlap", "stale_ack"),
-    "max_attempts": ("bounded_retries", "dead_letter", "delivery_accounting"),
-    "staging_retention_seconds": ("staging_safety",),
-    "sweep_interval_seconds": ("staging_safety",),
-    "job_ttl_seconds": ("expiry", "clock_agreement"),
-    "stale_queued_seconds": ("redundant_publish",),
-    "retry_base_seconds": ("retry_exhaustion",),
-    "retry_cap_seconds": ("retry_exhaustion",),
-}
-EVERY_SCENARIO = {"bounded_retries"}  # runs, and needs its timing, in every scenario
+# Checkers that say `unknown` without a timing, and whether they do so in every scenario or only in the scenarios
+# that name them in `checks` (where what they need happens: a consumer crash, a pause, orphans, a held consumer):
+# computed from the checkers' own declarations (`TIMINGS`, `TIMINGS_IN_EVERY_SCENARIO` in each module of
+# harness/checkers/). tests/unit/harness/test_harness_adapter_check.py keeps those in step with their sources.
+TIMING_CHECKERS: dict[str, tuple[str, ...]] = _checkers.timing_checkers()
+EVERY_SCENARIO = {name for name, flag in _checkers.declarations("TIMINGS_IN_EVERY_SCENARIO").items() if flag}
 # Timings an adapter may leave out without a problem (added after adapters were written): without one, the scenarios
 # that scale with it are skipped and its checks say unknown — a warning, never a refusal to grade. lease_seconds
 # too: an implementation with no lease (a plain Celery worker) cannot declare one truthfully, and without it no
@@ -54,12 +46,9 @@ OPTIONAL_TIMINGS = {"stale_queued_seconds", "retry_base_seconds", "retry_cap_sec
                     # An implementation without a sweeper (no staging cleanup: a plain Celery deployment) is graded
                     # too: the rows staging_safety proves are named not provable, and the rest is judged.
                     "staging_retention_seconds", "sweep_interval_seconds"}
-# Checkers that say `unknown` without a capability or an adapter field (see each checker), and what is missing.
+# Checkers that say `unknown` without a capability or an adapter field, and what is missing (their `NEEDS`).
 NEEDS: dict[str, tuple[tuple[str, str], ...]] = {
-    "state_regression": (("events", "capabilities.events (GET /v1/attachments/{id}/events)"),),
-    "replay_audit": (("events", "capabilities.events (GET /v1/attachments/{id}/events)"),),
-    "expiry_metric": (("expiry.metric", "[expiry] metric (the counter of expired jobs)"),),
-}
+    name: tuple(tuple(need) for need in needs) for name, needs in _checkers.declarations("NEEDS").items()}
 # Words the skeleton leaves for the author to replace: a grade with one of them left in never means anything.
 PLACEHOLDERS = ("CHANGE-ME", "CHANGE_ME")
 

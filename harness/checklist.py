@@ -144,6 +144,26 @@ ITEMS: tuple[Item, ...] = (
 BY_ID = {item.id: item for item in ITEMS}
 
 
+def wiring_problems(checkers=None) -> list[str]:
+    """Rows naming a checker that is not registered, or asking ``check:tag`` for a tag that checker does not declare
+    among its ``PROVES`` (harness/checkers/: both come from the checker modules themselves). Empty: all wired."""
+    if checkers is None:
+        from .checkers import CHECKERS as checkers
+    problems = []
+    for item in ITEMS:
+        for check in item.checks:
+            if check not in checkers:
+                problems.append(f"{item.id}: check {check!r} is no registered checker")
+        for claim in item.claims:
+            for alternative in claim:
+                check, _, tag = alternative.partition(":")
+                if check not in item.checks:
+                    problems.append(f"{item.id}: proof {alternative!r} names a check the row does not list")
+                elif tag and check in checkers and tag not in getattr(checkers[check], "PROVES", ()):
+                    problems.append(f"{item.id}: {check} declares no PROVES tag {tag!r}")
+    return problems
+
+
 # Row statuses: (symbol, junit element or None for a passing testcase), in the order a summary lists them.
 ROW_STATUSES: dict[str, tuple[str, str | None]] = {
     "tampered": ("🚫", "failure"),

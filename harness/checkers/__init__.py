@@ -1,40 +1,71 @@
-"""Checkers: one module per invariant, each a pure ``check(history, final, run) -> Verdict``."""
+"""Checkers: one module per invariant, each a pure ``check(history, final, run) -> Verdict``, registered by discovery.
+
+Every module of this folder whose name does not start with ``_`` (``base`` holds the shared views) is a checker and
+declares what the rest of the harness needs to know about it; nothing else lists checkers:
+
+* ``NAME`` — the invariant (the key in ``CHECKERS``, in scenarios' ``checks`` and in checklist rows);
+* ``REQUIREMENTS`` — the requirement ids (BE-JOB-…) a verdict of it names;
+* ``check(history, final, run) -> Verdict``;
+* optionally ``TIMINGS`` — the adapter timings without which it says ``unknown`` where a scenario relies on it
+  (``harness adapter check`` and the proof plan read :func:`timing_checkers`); ``TIMINGS_IN_EVERY_SCENARIO = True``
+  when it runs, and needs them, in every scenario;
+* optionally ``NEEDS`` — ``(need, label)`` pairs: a capability (``events``) or adapter field (``expiry.metric``)
+  without which it says ``unknown``;
+* optionally ``PROVES`` — the tags its valid verdicts may carry (``Verdict.proves``), which a checklist row may ask
+  for as ``check:tag`` (harness/checklist.py);
+* optionally ``ALWAYS_COUNTED = True`` — its ``unknown`` means observation itself failed, so it counts in every
+  scenario (see :func:`counts`).
+
+A new checker is its module here (and, for a checklist row to use it, the row in harness/checklist.py).
+"""
 
 from __future__ import annotations
 
-from . import (ack_after_commit, batch_independence, bounded_concurrency, bounded_retries, dead_letter,
-               duplicate_effects, expiry,
-               fault_coverage, hostile_inputs, lease_ownership, lost_accepted_work, message_hygiene, redundant_publish,
-               replay_audit, retry_exhaustion, role_stability, staging_safety, state_regression)
-from . import clock_agreement, order_independence
-from . import expiry_metric
-from . import lease_renewal, owner_overlap
-from . import stale_ack
-from . import delivery_accounting
-from . import upload_idempotency
-from . import version_isolation
-from . import broker_failover
-from . import dead_letter_replay
-from . import copies_raced
-from . import tamper_evidence
+import importlib
+import pkgutil
+from types import ModuleType
+
 from .base import INVALID, TAMPERED, UNKNOWN, VALID, Verdict, combine
 
-CHECKERS = {
-    module.NAME: module
-    for module in (lost_accepted_work, duplicate_effects, state_regression, bounded_retries, ack_after_commit,
-                   message_hygiene, lease_ownership, staging_safety, replay_audit, expiry, bounded_concurrency,
-                   order_independence, clock_agreement,
-                   batch_independence, redundant_publish, role_stability, hostile_inputs, fault_coverage,
-                   retry_exhaustion, dead_letter, expiry_metric, lease_renewal,
-                   owner_overlap, stale_ack, delivery_accounting, upload_idempotency, version_isolation,
-                   broker_failover, dead_letter_replay, copies_raced, tamper_evidence)
-}
+
+def _discover() -> dict[str, ModuleType]:
+    found: dict[str, ModuleType] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "base":
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if not callable(getattr(module, "check", None)):
+            continue  # a shared helper module, not a checker
+        if module.NAME in found:
+            raise ImportError(f"two checkers named {module.NAME!r}: {found[module.NAME].__name__}, {module.__name__}")
+        found[module.NAME] = module
+    return found
+
+
+CHECKERS: dict[str, ModuleType] = _discover()
+
+
+def timing_checkers(timing_names=None) -> dict[str, tuple[str, ...]]:
+    """Timing -> the checkers that say ``unknown`` without it (their ``TIMINGS``), each tuple in checker-name order;
+    the timings in ``timing_names`` order when given, else in the order the checkers (by name) declare them."""
+    table: dict[str, list[str]] = {}
+    for name in timing_names or ():
+        table[name] = []
+    for name, module in sorted(CHECKERS.items()):
+        for timing in getattr(module, "TIMINGS", ()):
+            table.setdefault(timing, []).append(name)
+    return {timing: tuple(names) for timing, names in table.items() if names}
+
+
+def declarations(attribute: str) -> dict[str, object]:
+    """Checker name -> its value of ``attribute``, for the checkers that declare it."""
+    return {name: getattr(module, attribute) for name, module in CHECKERS.items() if hasattr(module, attribute)}
 
 
 # Invariants whose "cannot tell" always makes a scenario unknown: observation itself failed (no message seen, no
 # upload accepted, a scheduled fault that never happened). Any other checker's unknown counts only in a scenario
 # that declares it among its checks; elsewhere it proves nothing and is shown as not counted.
-ALWAYS_COUNTED = frozenset({"fault_coverage", "lost_accepted_work", "message_hygiene"})
+ALWAYS_COUNTED = frozenset(name for name, flag in declarations("ALWAYS_COUNTED").items() if flag)
 
 
 def counts(verdict: Verdict | dict, declared: list[str] | None) -> bool:
@@ -69,4 +100,4 @@ def run_checks(history, final, run, names=None) -> list[Verdict]:
     return verdicts
 
 
-__all__ = ["ALWAYS_COUNTED", "CHECKERS", "INVALID", "TAMPERED", "UNKNOWN", "VALID", "Verdict", "combine", "counts", "run_checks"]
+__all__ = ["ALWAYS_COUNTED", "CHECKERS", "declarations", "timing_checkers", "INVALID", "TAMPERED", "UNKNOWN", "VALID", "Verdict", "combine", "counts", "run_checks"]

@@ -17,6 +17,8 @@ from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_r
 
 NAME = "ack_after_commit"
 REQUIREMENTS = ["BE-JOB-001"]
+TIMINGS = ("lease_seconds",)  # unknown without it where it is asked (a consumer crash)
+PROVES = ("ack_vs_commit",)
 
 
 def consumer_crashes(history, consumers: frozenset[str]) -> list[dict]:

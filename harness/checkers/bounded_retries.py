@@ -17,6 +17,8 @@ from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evide
 
 NAME = "bounded_retries"
 REQUIREMENTS = ["BE-JOB-003"]
+TIMINGS = ("max_attempts",)
+TIMINGS_IN_EVERY_SCENARIO = True  # runs, and needs its timing, in every scenario
 
 
 def check(history, final, run) -> Verdict:

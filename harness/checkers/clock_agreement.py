@@ -33,6 +33,7 @@ from .expiry import SPAWN_SLACK_SECONDS, consumer_holds, expired_in_time, first_
 
 NAME = "clock_agreement"
 REQUIREMENTS = ["BE-JOB-005"]
+TIMINGS = ("job_ttl_seconds",)
 IN_EFFECT = ("verified", "preloaded")
 # The harness polls every attachment about every 0.1 s per attachment; an expiry seen this much before the TTL
 # ran out is early beyond any rounding of the 202's own time.

@@ -32,6 +32,7 @@ from .base import (
 
 NAME = "copies_raced"
 REQUIREMENTS = ["BE-JOB-002", "BE-JOB-004"]
+PROVES = ("raced",)
 
 
 def _attachment_of(history) -> dict[str, str]:

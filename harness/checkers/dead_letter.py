@@ -28,6 +28,7 @@ from .role_stability import fault_intervals
 
 NAME = "dead_letter"
 REQUIREMENTS = ["BE-JOB-003"]
+TIMINGS = ("max_attempts",)
 PEEK_LIMIT = 50  # the final read peeks this many dead letters at most (harness/final_state.py)
 
 

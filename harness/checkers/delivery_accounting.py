@@ -26,6 +26,7 @@ from .base import (INVALID, UNKNOWN, VALID, Verdict, consumer_roles, evidence, n
 
 NAME = "delivery_accounting"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
+TIMINGS = ("max_attempts",)
 AFTER_STOP = "after_consumers_stopped"
 # Fault lines that can give unacked deliveries back to the queue by themselves (a consumer's own exit is counted
 # from its ``role`` exit line).

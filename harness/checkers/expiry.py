@@ -29,6 +29,7 @@ from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consu
 
 NAME = "expiry"
 REQUIREMENTS = ["BE-JOB-005"]
+TIMINGS = ("job_ttl_seconds",)
 # A consumer cannot claim anything in the first instant after its (re)start: the release line is written just
 # after the spawn, so a TTL that ran out this long before it ran out before any claim.
 SPAWN_SLACK_SECONDS = 0.1

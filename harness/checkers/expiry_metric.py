@@ -20,6 +20,7 @@ from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, expiry_code, final
 
 NAME = "expiry_metric"
 REQUIREMENTS = ["BE-JOB-005"]
+NEEDS = (("expiry.metric", "[expiry] metric (the counter of expired jobs)"),)
 
 
 def expired_attachments(final: dict, code: str) -> list[str]:

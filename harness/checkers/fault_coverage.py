@@ -10,6 +10,7 @@ from .base import UNKNOWN, VALID, Verdict, evidence, seed_of
 
 NAME = "fault_coverage"
 REQUIREMENTS: list[str] = []
+ALWAYS_COUNTED = True  # a scheduled fault that never happened makes any scenario unknown
 
 
 def _happened(step: dict, history, final: dict | None = None) -> tuple[bool, str]:

@@ -24,6 +24,7 @@ from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_r
 
 NAME = "lease_ownership"
 REQUIREMENTS = ["BE-JOB-006"]
+TIMINGS = ("lease_seconds",)
 # Event times have the implementation's own precision and clock (one clock for a claim and its recovery): a
 # recovery this much before claim + declared lease is not a rounding.
 LEASE_CLAIM_SLACK_SECONDS = 1.0

@@ -32,6 +32,7 @@ from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_r
 
 NAME = "lease_renewal"
 REQUIREMENTS = ["BE-JOB-006"]
+TIMINGS = ("lease_seconds",)
 REFUSALS = ("cut", "reset_peer", "blackhole")
 # Last-Modified has whole seconds and is stamped when the write lands: never later than the real time, but a write
 # may land after the request left. Half a second on top of one slowed round trip.

@@ -24,6 +24,7 @@ from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_at
 
 NAME = "lost_accepted_work"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
+ALWAYS_COUNTED = True  # its unknown (no upload accepted, nothing observed) counts everywhere
 TRANSIENT_FAULTS = frozenset({"toxic", "restart_service", "kill_broker_node", "partition_broker_node"})
 
 

@@ -48,6 +48,7 @@ from .base import (
 
 NAME = "message_hygiene"
 REQUIREMENTS = ["BE-JOB-002", "BE-JOB-005"]
+ALWAYS_COUNTED = True  # its unknown (no message seen) counts everywhere
 JOBS_SCHEMA = data_dir("schemas") / "jobs.schema.json"  # the repository's schemas/, or the wheel's copy
 # Filesystem paths an implementation might leak (URLs are judged by what they point at: :func:`url_problems`).
 PATH_MARKERS = ("../", "/tmp/", "/var/", "/home/", "file:")

@@ -27,6 +27,7 @@ from .lease_ownership import pauses, stale_commits
 
 NAME = "owner_overlap"
 REQUIREMENTS = ["BE-JOB-006"]
+TIMINGS = ("lease_seconds",)
 
 
 def check(history, final, run) -> Verdict:

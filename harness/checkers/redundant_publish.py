@@ -33,6 +33,7 @@ from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consu
 
 NAME = "redundant_publish"
 REQUIREMENTS = ["BE-JOB-004"]
+TIMINGS = ("stale_queued_seconds",)
 
 
 def consumer_holds(history, run) -> list[tuple[float, float, dict]]:

@@ -29,6 +29,7 @@ from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evide
 
 NAME = "retry_exhaustion"
 REQUIREMENTS = ["BE-JOB-003"]
+TIMINGS = ("retry_base_seconds", "retry_cap_seconds")
 
 _ERROR_SPEC = re.compile(r"^\s*(?:(?P<count>\d+)\s*\*)?\s*error\s*$")
 MIN_SAMPLES = 4  # delays per retry number before that retry number is judged

@@ -33,6 +33,7 @@ from .base import (INVALID, UNKNOWN, VALID, Verdict, evidence, final_read_ok, mi
 
 NAME = "staging_safety"
 REQUIREMENTS = ["BE-JOB-001"]
+TIMINGS = ("staging_retention_seconds", "sweep_interval_seconds")
 
 
 def unresolved_uploads(history) -> list[dict]:

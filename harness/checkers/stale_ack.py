@@ -39,6 +39,7 @@ from .lease_ownership import pauses
 
 NAME = "stale_ack"
 REQUIREMENTS = ["BE-JOB-006"]
+TIMINGS = ("lease_seconds",)
 DEFAULT_STATS_LAG = 1.5
 MIN_SAMPLES = 3
 

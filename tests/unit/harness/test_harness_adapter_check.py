@@ -237,7 +237,8 @@ def test_the_timing_table_matches_the_checkers_sources():
     table = {(checker, timing) for timing, checkers in TIMING_CHECKERS.items() for checker in checkers}
     used = set()
     for source in (REPO_ROOT / "harness" / "checkers").glob("*.py"):
-        text = source.read_text()
+        # the declaration itself (TIMINGS = ...) is what is checked against the uses, not a use
+        text = "\n".join(line for line in source.read_text().splitlines() if not line.startswith("TIMINGS"))
         used |= {(source.stem, t) for t in timings if f'"{t}"' in text}
     assert table <= used, table - used
     assert used - advisory <= table, (used - advisory) - table
