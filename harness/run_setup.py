@@ -75,7 +75,8 @@ def run_setup_command(adapter, env: dict, log_path: Path) -> tuple[int, float]:
 
 
 # What differs from one tenant to the next in the environment the setup command sees: left out of a template's key.
-TENANT_VARIABLES = ("DATABASE_URL", "AMQP_URL", "AMQP_URLS", "S3_ENDPOINT_URL", "S3_BUCKET", "HTTP_PORT", "TMPDIR")
+TENANT_VARIABLES = ("DATABASE_URL", "AMQP_URL", "AMQP_URLS", "S3_ENDPOINT_URL", "S3_BUCKET", "S3_ACCESS_KEY",
+                    "S3_SECRET_KEY", "HTTP_PORT", "TMPDIR")
 
 
 class _NoTenant:

@@ -93,8 +93,9 @@ class Postgres:
     def log_path(self) -> Path:
         return self.log_dir / "postgres.log"
 
-    def url(self, database: str = "postgres", port: int | None = None) -> str:
-        return f"postgresql://{USER}:{PASSWORD}@{LOOPBACK}:{port or self.port}/{database}"
+    def url(self, database: str = "postgres", port: int | None = None, user: str = USER,
+            password: str = PASSWORD) -> str:
+        return f"postgresql://{user}:{password}@{LOOPBACK}:{port or self.port}/{database}"
 
     def init(self) -> None:
         """A fresh cluster, unless the folder has one already (a restart keeps its data).
@@ -150,18 +151,46 @@ class Postgres:
         return wait_until(self.ready, timeout, "PostgreSQL", process=self.process, abandon=abandon,
                           on_fail=lambda: self.process.tail() if self.process else "")
 
-    def create_database(self, name: str, template: str | None = None) -> None:
+    def create_database(self, name: str, template: str | None = None, owner: str | None = None) -> None:
         """A database ``name``; with ``template``, a copy of that database (``CREATE DATABASE … TEMPLATE``: no other
-        session may be connected to the template meanwhile; this session is on ``postgres``)."""
+        session may be connected to the template meanwhile; this session is on ``postgres``). With ``owner`` (a
+        tenant's role, ``create_role``), that role owns it and everything in it, and no other role but the
+        superuser may connect to it: a submission, given its own role, reads no other tenant's database."""
+        sql = psycopg.sql
         with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
             exists = conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone()
             if not exists:
-                sql = psycopg.sql
                 if template:
                     conn.execute(sql.SQL("create database {} template {}").format(sql.Identifier(name),
                                                                                   sql.Identifier(template)))
                 else:
                     conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+            if owner is None:
+                return
+            conn.execute(sql.SQL("alter database {} owner to {}").format(sql.Identifier(name), sql.Identifier(owner)))
+            conn.execute(sql.SQL("revoke all on database {} from public").format(sql.Identifier(name)))
+        if template:  # the copy's objects belong to the template's tenant role: hand them to this one
+            with psycopg.connect(self.url(name), connect_timeout=5, autocommit=True) as conn:
+                for (role,) in conn.execute(
+                        "select distinct r.rolname from pg_class c join pg_roles r on r.oid = c.relowner "
+                        "join pg_namespace n on n.oid = c.relnamespace where not r.rolsuper and r.rolname <> %s "
+                        "and n.nspname not in ('pg_catalog', 'information_schema')", (owner,)).fetchall():
+                    conn.execute(sql.SQL("reassign owned by {} to {}").format(sql.Identifier(role),
+                                                                               sql.Identifier(owner)))
+
+    def create_role(self, name: str, password: str) -> None:
+        """A login role of a tenant's own: no superuser, cannot create databases or roles. The cluster's
+        ``postgres`` and ``template1`` databases are closed to it (and to every other non-superuser)."""
+        sql = psycopg.sql
+        with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
+            if conn.execute("select 1 from pg_roles where rolname = %s", (name,)).fetchone():
+                conn.execute(sql.SQL("alter role {} with login password {}").format(sql.Identifier(name),
+                                                                                   sql.Literal(password)))
+            else:
+                conn.execute(sql.SQL("create role {} with login nosuperuser nocreatedb nocreaterole password {}")
+                             .format(sql.Identifier(name), sql.Literal(password)))
+            conn.execute("revoke all on database postgres from public")
+            conn.execute("revoke all on database template1 from public")
 
     def seal_template(self, name: str) -> None:
         """Make database ``name`` a template no one can connect to (a role of a run cannot change what the next
@@ -170,6 +199,9 @@ class Postgres:
         with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
             conn.execute(sql.SQL("alter database {} with is_template true allow_connections false")
                          .format(sql.Identifier(name)))
+            # The superuser's from now on: a clone's ``reassign owned`` (create_database) must not hand the template
+            # itself to the clone's tenant.
+            conn.execute(sql.SQL("alter database {} owner to {}").format(sql.Identifier(name), sql.Identifier(USER)))
             conn.execute("select pg_terminate_backend(pid) from pg_stat_activity where datname = %s and pid <> "
                          "pg_backend_pid()", (name,))
 

@@ -70,8 +70,8 @@ class RabbitMQ:
         # The node name embeds the AMQP port so it stays the same across restarts of this node.
         return f"harness-{self.amqp_port}@localhost"
 
-    def amqp_url(self, vhost: str = "/", port: int | None = None) -> str:
-        return f"amqp://{USER}:{PASSWORD}@{LOOPBACK}:{port or self.amqp_port}/{urllib.parse.quote(vhost, safe='')}"
+    def amqp_url(self, vhost: str = "/", port: int | None = None, user: str = USER, password: str = PASSWORD) -> str:
+        return f"amqp://{user}:{password}@{LOOPBACK}:{port or self.amqp_port}/{urllib.parse.quote(vhost, safe='')}"
 
     @property
     def management_url(self) -> str:
@@ -156,6 +156,14 @@ class RabbitMQ:
         with http_clients.client(base_url=self.management_url, auth=(USER, PASSWORD), timeout=10) as client:
             client.put(f"/api/vhosts/{quoted}").raise_for_status()
             client.put(f"/api/permissions/{quoted}/{USER}",
+                       json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
+
+    def create_user(self, user: str, password: str, vhost: str) -> None:
+        """A broker user of a tenant's own (no tags: no management API, no policies), allowed only in ``vhost``."""
+        quoted_user, quoted_vhost = urllib.parse.quote(user, safe=""), urllib.parse.quote(vhost, safe="")
+        with http_clients.client(base_url=self.management_url, auth=(USER, PASSWORD), timeout=10) as client:
+            client.put(f"/api/users/{quoted_user}", json={"password": password, "tags": ""}).raise_for_status()
+            client.put(f"/api/permissions/{quoted_vhost}/{quoted_user}",
                        json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
 
     def cluster_nodes(self) -> list[str]:

@@ -92,6 +92,9 @@ class SeaweedFS:
         argv = [str(weed()), "-logtostderr", "mini", f"-dir={self.root / 'data'}",
                 f"-ip={LOOPBACK}", f"-ip.bind={LOOPBACK}", f"-s3.port={self.s3_port}", "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
                 "-admin.ui=false", f"-s3.config={config}", f"-bucket={self.bucket}",
+                # Tenants' own keys are made through the embedded IAM API (create_credentials): only the admin
+                # identity above may write it.
+                "-s3.iam.readOnly=false",
                 # Every bucket is a collection with volumes of its own, and each run or test gets a bucket: the
                 # automatic limit (free disk / 1 GiB, 77 on a CI disk) ran out within one test session. Volumes
                 # are created as needed and start small, so a high cap costs nothing until used.
@@ -113,6 +116,23 @@ class SeaweedFS:
     def wait_ready(self, timeout: float = 30, abandon: threading.Event | None = None) -> float:
         return wait_until(self.ready, timeout, "SeaweedFS S3", interval=0.1, process=self.process, abandon=abandon,
                           on_fail=lambda: self.process.tail() if self.process else "")
+
+    def create_credentials(self, bucket: str) -> tuple[str, str]:
+        """An access key of a tenant's own, allowed in ``bucket`` only (the embedded IAM API, writable by the
+        harness's admin identity alone): a submission lists, reads and writes no other tenant's bucket."""
+        iam = boto3.client("iam", endpoint_url=self.endpoint_url(), aws_access_key_id=ACCESS_KEY,
+                           aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
+                           config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 3}))
+        try:
+            iam.create_user(UserName=bucket)
+        except iam.exceptions.EntityAlreadyExistsException:
+            pass
+        key = iam.create_access_key(UserName=bucket)["AccessKey"]
+        policy = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Action": ["s3:*"],
+            "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}
+        iam.put_user_policy(UserName=bucket, PolicyName="own-bucket", PolicyDocument=json.dumps(policy))
+        return key["AccessKeyId"], key["SecretAccessKey"]
 
     def create_bucket(self, name: str) -> None:
         client = self.client()

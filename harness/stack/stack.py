@@ -64,12 +64,20 @@ class Tenant:
     rabbitmq_management_urls: tuple[str, ...] = ()
     # The database was cloned from this template (the adapter's setup already ran in it); "" when made empty.
     template: str = ""
+    # The tenant's own S3 key (its bucket only), what its proxied environment gives the roles; the direct
+    # environment, the harness's own reads, keeps the stack's admin key.
+    s3_access_key: str = ACCESS_KEY
+    s3_secret_key: str = SECRET_KEY
 
     def env(self, proxied: bool = True) -> dict[str, str]:
+        """The contract's variables. Proxied (what a submission's roles get): through Toxiproxy, with the tenant's
+        own database role, broker user and S3 key, none of which reaches another tenant. Direct (the harness's own
+        observers): the services' own ports, as the stack's administrator."""
         urls = self.proxied if proxied else self.direct
         env = {"DATABASE_URL": urls.database_url, "AMQP_URL": urls.amqp_url,
                "S3_ENDPOINT_URL": urls.s3_endpoint_url, "S3_BUCKET": self.bucket,
-               "S3_ACCESS_KEY": ACCESS_KEY, "S3_SECRET_KEY": SECRET_KEY}
+               "S3_ACCESS_KEY": self.s3_access_key if proxied else ACCESS_KEY,
+               "S3_SECRET_KEY": self.s3_secret_key if proxied else SECRET_KEY}
         if urls.amqp_urls:  # a cluster: every broker, each through its own proxy (docs/CONTRACT.md §2)
             env["AMQP_URLS"] = urls.amqp_urls
         return env
@@ -291,11 +299,12 @@ class Stack:
         return ServiceUrls(self.postgres.url("postgres"), self.rabbitmq.amqp_url("/"), self.s3.endpoint_url(),
                            self._amqp_urls("/"))
 
-    def _amqp_urls(self, vhost: str, ports: dict[str, int] | None = None) -> str:
+    def _amqp_urls(self, vhost: str, ports: dict[str, int] | None = None, **credentials: str) -> str:
         """A cluster's every node (through ``ports``, the proxies, when given), comma-separated; "" for one node."""
         if not self.rabbitmq_peers:
             return ""
-        return ",".join(node.amqp_url(vhost, port=(ports or {}).get(node.label)) for node in self.rabbitmq_nodes)
+        return ",".join(node.amqp_url(vhost, port=(ports or {}).get(node.label), **credentials)
+                        for node in self.rabbitmq_nodes)
 
     @property
     def proxied(self) -> ServiceUrls:
@@ -323,11 +332,16 @@ class Stack:
         safe = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40] or "tenant"
         db_name = safe.replace("-", "_")
         bucket = safe if len(safe) >= 3 else f"{safe}-bucket"
+        # Credentials of its own for each service: its roles reach its own database, vhost and bucket only.
+        db_password, amqp_password = secrets.token_hex(12), secrets.token_hex(12)
+        self.postgres.create_role(db_name, db_password)
         cloned = self._clone_database(db_name, template) if template is not None and template.ok else ""
         if not cloned:
-            self.postgres.create_database(db_name)
+            self.postgres.create_database(db_name, owner=db_name)
         self.rabbitmq.create_vhost(safe)
+        self.rabbitmq.create_user(safe, amqp_password, safe)
         self.s3.create_bucket(bucket)
+        s3_access_key, s3_secret_key = self.s3.create_credentials(bucket)
         names = {service: service for service in self.service_names()}
         ports = dict(self.proxy_ports)
         if private_proxies:
@@ -344,11 +358,13 @@ class Stack:
             name=safe, bucket=bucket, vhost=safe, rabbitmq_management_url=self.rabbitmq_management_url,
             direct=ServiceUrls(self.postgres.url(db_name), self.rabbitmq.amqp_url(safe), self.s3.endpoint_url(),
                                self._amqp_urls(safe)),
-            proxied=ServiceUrls(self.postgres.url(db_name, port=pg), self.rabbitmq.amqp_url(safe, port=rmq),
-                                self.s3.endpoint_url(port=s3), self._amqp_urls(safe, ports)),
+            proxied=ServiceUrls(self.postgres.url(db_name, port=pg, user=db_name, password=db_password),
+                                self.rabbitmq.amqp_url(safe, port=rmq, user=safe, password=amqp_password),
+                                self.s3.endpoint_url(port=s3),
+                                self._amqp_urls(safe, ports, user=safe, password=amqp_password)),
             proxy_names=names,
             rabbitmq_management_urls=tuple(n.management_url for n in self.rabbitmq_nodes) if self.rabbitmq_peers else (),
-            template=cloned)
+            template=cloned, s3_access_key=s3_access_key, s3_secret_key=s3_secret_key)
 
     # --- database templates ([setup] template = true) -----------------------------------------
     def _clone_database(self, db_name: str, template: DatabaseTemplate) -> str:
@@ -356,7 +372,7 @@ class Stack:
         with template.lock:  # one copy at a time: CREATE DATABASE … TEMPLATE refuses a template in use
             began = time.monotonic()
             try:
-                self.postgres.create_database(db_name, template=template.database)
+                self.postgres.create_database(db_name, template=template.database, owner=db_name)
             except Exception as exc:
                 template.clone_errors.append(f"{db_name}: {type(exc).__name__}: {exc}")
                 return ""

@@ -118,6 +118,48 @@ def direct_database() -> None:
     say("direct_database", False, "no postgres process visible")
 
 
+def other_tenants() -> None:
+    """Through its own proxies, with the credentials it was given: connect to the other databases of the cluster
+    (the server lists their names to anyone) and list the other buckets — every tenant's data, were the credentials
+    the stack's administrator's."""
+    import urllib.parse
+
+    import boto3
+    import psycopg
+
+    reached, refused = [], []
+    own = urllib.parse.urlsplit(os.environ["DATABASE_URL"])
+    own_db = own.path.lstrip("/")
+    try:
+        with psycopg.connect(os.environ["DATABASE_URL"], connect_timeout=3) as conn:
+            names = [r[0] for r in conn.execute("select datname from pg_database where datallowconn")]
+    except Exception as exc:
+        names = ["postgres"]
+        refused.append(f"own database: {type(exc).__name__}")
+    for name in [n for n in names if n != own_db][:5]:
+        try:
+            with psycopg.connect(own._replace(path=f"/{name}").geturl(), connect_timeout=3) as conn:
+                tables = conn.execute("select count(*) from information_schema.tables "
+                                      "where table_schema = 'public'").fetchone()[0]
+            reached.append(f"database {name} ({tables} tables)")
+        except Exception as exc:
+            refused.append(f"database {name}: {str(exc).strip().splitlines()[0][:80]}")
+    s3 = boto3.client("s3", endpoint_url=os.environ["S3_ENDPOINT_URL"], region_name="us-east-1",
+                      aws_access_key_id=os.environ["S3_ACCESS_KEY"], aws_secret_access_key=os.environ["S3_SECRET_KEY"])
+    try:
+        buckets = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    except Exception as exc:
+        buckets = []
+        refused.append(f"bucket list: {type(exc).__name__}")
+    for bucket in [b for b in buckets if b != os.environ["S3_BUCKET"]][:5]:
+        try:
+            count = s3.list_objects_v2(Bucket=bucket, MaxKeys=5).get("KeyCount", 0)
+            reached.append(f"bucket {bucket} ({count} keys listed)")
+        except Exception as exc:
+            refused.append(f"bucket {bucket}: {type(exc).__name__}")
+    say("other_tenants", bool(reached), f"reached {reached[:4]}; refused {refused[:4]}")
+
+
 def signal_harness() -> None:
     """Stop the harness (the parent process) for a moment, then let it go on: it could as well be killed."""
     parent = os.getppid()
@@ -257,8 +299,8 @@ def write_reports() -> None:
 
 
 # In the order all_at_once runs them: the ones that break the run (kill_others kills Toxiproxy when it can) last.
-CHEATS = {f.__name__: f for f in (toxiproxy_api, open_ports, direct_database, signal_harness, write_reports, fill_disk,
-                                   daemonize, kill_others, fork_bomb)}
+CHEATS = {f.__name__: f for f in (toxiproxy_api, open_ports, direct_database, other_tenants, signal_harness,
+                                   write_reports, fill_disk, daemonize, kill_others, fork_bomb)}
 
 
 def launch(names: list[str], delay: float = 0.0) -> None:

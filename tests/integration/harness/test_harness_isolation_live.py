@@ -191,8 +191,8 @@ def test_every_cheat_is_contained(stack, tmp_path, monkeypatch):
     print("\n".join(lines))
     said = {line.split(":", 1)[0].split()[1]: line.split(":", 1)[1].strip() for line in lines if ":" in line}
     assert "done" in " ".join(lines), f"the cheats did not finish within the run: {lines}"
-    for name in ("toxiproxy_api", "open_ports", "direct_database", "signal_harness", "write_reports", "fill_disk",
-                 "kill_others", "fork_bomb"):
+    for name in ("toxiproxy_api", "open_ports", "direct_database", "other_tenants", "signal_harness", "write_reports",
+                 "fill_disk", "kill_others", "fork_bomb"):
         assert said.get(name, "").startswith("blocked"), (name, said.get(name))
     assert "connected to" in said["open_ports"] and ", 0 of them not named" in said["open_ports"]
     assert "File too large" in said["fill_disk"] or "No space left" in said["fill_disk"]

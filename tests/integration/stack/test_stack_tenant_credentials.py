@@ -1,0 +1,91 @@
+"""Each tenant's own credentials (issue 21): what a submission's roles are given — a database role, a broker user, an
+S3 key — reaches its own database, vhost and bucket and nothing else of the shared stack, even through its own
+proxies (which isolation lets it reach). The harness's own observers keep the administrator's (the direct URLs).
+
+Before: every tenant was given the stack's superuser, broker administrator and S3 admin key, so a submission read
+other tenants' databases and buckets through its own proxy (tests/cheats/other_tenants: "achieved")."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import aio_pika
+import boto3
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.integration
+
+
+def _connects(url: str) -> bool:
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            return conn.execute("select 1").fetchone() == (1,)
+    except psycopg.OperationalError:
+        return False
+
+
+def _with_database(url: str, name: str) -> str:
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+def _s3(env: dict):
+    return boto3.client("s3", endpoint_url=env["S3_ENDPOINT_URL"], region_name="us-east-1",
+                        aws_access_key_id=env["S3_ACCESS_KEY"], aws_secret_access_key=env["S3_SECRET_KEY"])
+
+
+async def _opens(url: str) -> bool:
+    try:
+        connection = await aio_pika.connect(url, timeout=5)
+    except Exception:
+        return False
+    await connection.close()
+    return True
+
+
+def test_a_tenants_credentials_reach_its_own_services_only(stack):
+    a = stack.new_tenant(f"cred-a-{uuid.uuid4().hex[:6]}")
+    b = stack.new_tenant(f"cred-b-{uuid.uuid4().hex[:6]}")
+    env_a, env_b = a.env(proxied=True), b.env(proxied=True)
+    db_b = env_b["DATABASE_URL"].rsplit("/", 1)[1]
+
+    # PostgreSQL: its own database, owned by its role (so its migrations work); no other database, not even the
+    # cluster's own; no superuser.
+    with psycopg.connect(env_a["DATABASE_URL"], connect_timeout=5, autocommit=True) as conn:
+        conn.execute("create table mine (id int)")
+        assert conn.execute("select rolsuper or rolcreatedb or rolcreaterole from pg_roles "
+                            "where rolname = current_user").fetchone() == (False,)
+    for other in (db_b, "postgres", "template1"):
+        assert not _connects(_with_database(env_a["DATABASE_URL"], other)), other
+    assert _connects(env_b["DATABASE_URL"])
+    # The harness, as the superuser, still reads every tenant's tables.
+    with psycopg.connect(a.direct.database_url, connect_timeout=5) as conn:
+        assert conn.execute("select count(*) from mine").fetchone() == (0,)
+
+    # RabbitMQ: its own vhost only.
+    assert asyncio.run(_opens(env_a["AMQP_URL"]))
+    assert not asyncio.run(_opens(env_a["AMQP_URL"].rsplit("/", 1)[0] + "/" + b.vhost))
+
+    # S3: its own bucket only, and no say over who may do what.
+    s3_a = _s3(env_a)
+    s3_a.put_object(Bucket=a.bucket, Key="k", Body=b"x")
+    assert s3_a.get_object(Bucket=a.bucket, Key="k")["Body"].read() == b"x"
+    assert [x["Name"] for x in s3_a.list_buckets()["Buckets"]] == [a.bucket]
+    _s3(env_b).put_object(Bucket=b.bucket, Key="theirs", Body=b"y")
+    for attempt in (lambda: s3_a.list_objects_v2(Bucket=b.bucket), lambda: s3_a.get_object(Bucket=b.bucket, Key="theirs"),
+                    lambda: s3_a.put_object(Bucket=b.bucket, Key="planted", Body=b"z")):
+        with pytest.raises(Exception, match="AccessDenied|Forbidden|403"):
+            attempt()
+    iam = boto3.client("iam", endpoint_url=env_a["S3_ENDPOINT_URL"], region_name="us-east-1",
+                       aws_access_key_id=env_a["S3_ACCESS_KEY"], aws_secret_access_key=env_a["S3_SECRET_KEY"])
+    with pytest.raises(Exception):
+        iam.put_user_policy(UserName=a.bucket, PolicyName="all", PolicyDocument='{"Version": "2012-10-17", '
+                            '"Statement": [{"Effect": "Allow", "Action": ["s3:*"], "Resource": ["arn:aws:s3:::*"]}]}')
+    with pytest.raises(Exception, match="AccessDenied|Forbidden|403"):
+        s3_a.list_objects_v2(Bucket=b.bucket)
+
+    # The harness's own reads (direct environment) keep the administrator's key.
+    direct = a.env(proxied=False)
+    assert direct["S3_ACCESS_KEY"] != env_a["S3_ACCESS_KEY"]
+    assert _s3(direct).list_objects_v2(Bucket=b.bucket)["KeyCount"] == 1
