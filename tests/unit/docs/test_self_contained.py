@@ -22,6 +22,9 @@ REPO = Path(__file__).resolve().parents[3]
 THIS = Path(__file__).resolve()
 SKIP_PREFIXES = ("reports/published/", "reports/runs/")
 SKIP_PARTS = {"node_modules", ".venv", ".git", "__pycache__"}
+# Lock files a package manager writes: their registry and funding addresses are pins a tool reads, not links to
+# a page a reader follows.
+SKIP_NAMES = {"package-lock.json", "go.sum"}
 TEXT_SUFFIXES = {".md", ".py", ".json", ".toml", ".yml", ".yaml", ".go", ".ts", ".js", ".mjs", ".sql", ".sh",
                  ".txt", ".cfg", ".ini", ".html", ".j2", ""}
 
@@ -39,7 +42,7 @@ def product_files() -> list[Path]:
                          capture_output=True, text=True, check=True).stdout.splitlines()
     files = []
     for rel in sorted(set(out)):
-        if rel.startswith(SKIP_PREFIXES) or SKIP_PARTS & set(Path(rel).parts):
+        if rel.startswith(SKIP_PREFIXES) or SKIP_PARTS & set(Path(rel).parts) or Path(rel).name in SKIP_NAMES:
             continue
         path = REPO / rel
         if path.resolve() == THIS or not path.is_file() or path.suffix not in TEXT_SUFFIXES:
