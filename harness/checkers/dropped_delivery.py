@@ -1,0 +1,195 @@
+"""No delivery of unfinished work is settled on a technical error (BE-JOB-001).
+
+When the database or the object store fails while a consumer holds a delivery, the delivery must stay unacked (or go
+back to the queue) until the job has a durable outcome: its result committed, ``failed``, or a retry recorded. A
+consumer that acks ("drops") the delivery instead leaves a job ``queued`` or ``processing`` with no message
+anywhere; a lease recovery or a lost-message safety net may bring it back later, so nothing is lost at the end and
+``lost_accepted_work`` is satisfied — but the ack was not matched against the transaction boundary.
+
+The harness cannot see an ack (the firehose traces publishes and deliveries, not acks), but it sees what an ack
+allows: the broker hands a consumer a new delivery only while the consumer holds fewer unacked deliveries than its
+prefetch. So, from the traced deliveries of the work queue (``delivery`` lines with the message's ``job_id``,
+``attempt`` and the broker's ``connection`` and ``channel``):
+
+* a delivery ``d`` of (job, attempt) is **necessarily still held** at a later instant ``x`` when it is the only
+  delivery of that (job, attempt) in the whole run (never redelivered, so never given back; no copy that could
+  have been the one claimed), the job was ``queued`` or ``processing`` at that attempt at ``x``, and between
+  ``d`` (less the tap's lag) and ``x`` (plus a slack) the job had no transition other than its claim
+  (``queued -> processing`` at that attempt) — nothing durable that would let its owner ack;
+* at each delivery ``x`` to a channel during a dependency fault (a failing toxic — cut, blackhole, reset_peer — or
+  a restart of the database or the object store, until ``lease_seconds`` after it ended), the deliveries of that
+  channel necessarily still held must number fewer than the channel's bound: the declared prefetch
+  (``[limits] prefetch``, per consumer) times the most consumers the work queue had at once (a channel has at most
+  that many). Reaching the bound means the broker had a free slot it could not have had: at least one of them was
+  acked while its job was unfinished — ``invalid``.
+
+Deliveries a consumer gives back (nack, a closed channel) are redelivered and so never counted; a job that reached
+any outcome, or a recovery, is not counted from then on. Unknown (where a scenario relies on it) when deliveries were
+not traced, or the adapter declares no prefetch, or the work queue never showed a consumer (``basic.get`` ignores
+the prefetch). Exercised when a delivery was judged during a dependency fault.
+
+Its own finding, whatever the verdict: jobs whose claimed delivery was never redelivered and which were then
+recovered (``processing -> queued``) by someone — "the safety net did the work" — are listed in the evidence.
+"""
+
+from __future__ import annotations
+
+from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, seed_of, timing, transitions_of
+
+NAME = "dropped_delivery"
+REQUIREMENTS = ["BE-JOB-001"]
+TIMINGS = ("lease_seconds",)
+
+FAILING_TOXICS = frozenset({"cut", "blackhole", "reset_peer"})
+BROKER_SERVICES = frozenset({"rabbitmq", "broker", "amqp"})
+# A delivery line is written when the tap drains the firehose (every 0.2 s, later on a loaded machine): the real
+# delivery may precede its line by this much. Transitions within it of a delivery are taken as possibly after it.
+TAP_LAG_SECONDS = 2.0
+# Transition times are the implementation's (its database's clock): one this close after a delivery line counts
+# as possibly before the delivery.
+SLACK_SECONDS = 0.5
+
+
+def dependency_windows(history, grace: float) -> list[tuple[float, float, dict]]:
+    """(start wall, end wall + grace, start line) of each fault that made the database or the object store fail."""
+    out = []
+    for e in history.of_type("fault"):
+        if e.get("phase") != "start" or str(e.get("service") or "") in BROKER_SERVICES:
+            continue
+        failing = (e.get("action") == "toxic" and e.get("toxic") in FAILING_TOXICS) or e.get("action") == "restart_service"
+        if not failing:
+            continue
+        end = next((x for x in history.of_type("fault") if x["seq"] > e["seq"] and x.get("phase") == "end"
+                    and x.get("action") == e.get("action") and x.get("service") == e.get("service")
+                    and x.get("toxic") == e.get("toxic")), None)
+        out.append((e["wall"], (end["wall"] if end is not None else float("inf")) + grace, e))
+    return out
+
+
+def _key(d: dict) -> tuple | None:
+    if not d.get("job_id") or d.get("attempt") is None or not d.get("attachment_id"):
+        return None
+    return str(d["job_id"]), d["attempt"]
+
+
+def held_at(trans: list[dict], d: dict, x_wall: float) -> bool:
+    """Whether a correct consumer must still hold delivery ``d`` (its job's only one at its attempt) at ``x_wall``."""
+    if not trans or any(t["at"] is None for t in trans):
+        return False
+    attempt = d["attempt"]
+    until = x_wall + SLACK_SECONDS
+    current = [t for t in trans if t["at"] <= until]
+    if not current or current[-1]["to"] not in ("queued", "processing") or current[-1]["attempt"] != attempt:
+        return False
+    for t in trans:
+        if d["wall"] - TAP_LAG_SECONDS < t["at"] <= until:
+            harmless = ((t["from"] is None and t["to"] == "queued") or
+                        (t["from"] == "queued" and t["to"] == "processing" and t["attempt"] == attempt))
+            if not harmless:
+                return False
+    return True
+
+
+def _safety_net(history, final, deliveries: list[dict], once: dict) -> list[dict]:
+    """Jobs whose only delivery at an attempt was claimed and never redelivered, then recovered by someone."""
+    found = []
+    for d in deliveries:
+        k = _key(d)
+        if k is None or once.get(k) != 1:
+            continue
+        trans = transitions_of(history, final or {}, d["attachment_id"])
+        claim = next((t for t in trans if t["from"] == "queued" and t["to"] == "processing"
+                      and t["attempt"] == d["attempt"] and t["at"] is not None
+                      and t["at"] > d["wall"] - TAP_LAG_SECONDS), None)
+        if claim is None:
+            continue
+        after = [t for t in trans if (t["seq"] or 0) > (claim["seq"] or 0)]
+        if after and after[0]["from"] == "processing" and after[0]["to"] == "queued":
+            found.append(evidence("claimed from a delivery the broker never handed out again, then recovered "
+                                  f"({after[0].get('actor')}: {after[0].get('reason')}): the safety net did the work",
+                                  attachment_id=d["attachment_id"], job_id=d["job_id"], events=[d],
+                                  attempt=d["attempt"], claimed_at=claim["at_text"], recovered_at=after[0]["at_text"]))
+    return found
+
+
+def check(history, final, run) -> Verdict:
+    asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
+    seed = seed_of(run)
+    lease = timing(run, "lease_seconds")
+    windows = dependency_windows(history, lease if lease is not None else 0.0)
+
+    def undecided(why: str) -> Verdict:
+        if asked:
+            return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"cannot tell: {why}", seed=seed)
+        return Verdict(NAME, VALID, REQUIREMENTS, f"not exercised: {why}", exercised=False, seed=seed)
+
+    if not windows:
+        return Verdict(NAME, VALID, REQUIREMENTS, "not exercised: no fault made the database or the object store fail",
+                       exercised=False, seed=seed)
+    if lease is None:
+        return undecided("the adapter declares no lease_seconds (how long after a fault its deliveries are judged)")
+    if not any(e.get("source") == "firehose" and e.get("deliveries") for e in history.of_type("observe")):
+        return undecided("deliveries from the work queue were not traced (no firehose): what the broker handed out, "
+                         "and so what it could hand out, is not known")
+    prefetch = ((run.get("adapter") or {}).get("limits") or {}).get("prefetch")
+    if not prefetch:
+        return undecided("the adapter declares no finite prefetch ([limits] prefetch): the broker's free slots are "
+                         "not known")
+    work_queue = ((run.get("adapter") or {}).get("broker") or {}).get("work_queue")
+    samples = [q for q in history.of_type("queue") if not q.get("dead_letter")
+               and (work_queue is None or q.get("queue") == work_queue)]
+    consumers = max((int(q.get("consumers") or 0) for q in samples), default=0)
+    if consumers < 1:
+        return undecided("the work queue never showed a consumer (basic.get ignores the prefetch)")
+    bound = int(prefetch) * consumers
+
+    deliveries = [d for d in history.of_type("delivery") if work_queue is None or d.get("queue") in (None, work_queue)]
+    once: dict[tuple, int] = {}
+    for d in deliveries:
+        k = _key(d)
+        if k is not None:
+            once[k] = once.get(k, 0) + 1
+    trans_cache: dict[str, list[dict]] = {}
+
+    def trans(attachment_id: str) -> list[dict]:
+        if attachment_id not in trans_cache:
+            trans_cache[attachment_id] = transitions_of(history, final or {}, attachment_id)
+        return trans_cache[attachment_id]
+
+    by_channel: dict[tuple, list[dict]] = {}
+    for d in deliveries:
+        by_channel.setdefault((d.get("connection"), d.get("channel")), []).append(d)
+    problems, judged = [], 0
+    for channel, items in by_channel.items():
+        if channel == (None, None):
+            continue  # the broker did not say which channel: nothing to count per consumer
+        for i, x in enumerate(items):
+            window = next((w for w in windows if w[0] <= x["wall"] <= w[1]), None)
+            if window is None:
+                continue
+            judged += 1
+            held = [d for d in items[:i] if _key(d) is not None and once[_key(d)] == 1
+                    and held_at(trans(d["attachment_id"]), d, x["wall"])]
+            if len(held) >= bound:
+                problems.append(evidence(
+                    f"the broker handed channel {channel[1]} of {channel[0]} a delivery while {len(held)} deliveries "
+                    f"it held were of jobs still queued or processing at their attempt, with nothing recorded since "
+                    f"(bound: prefetch {prefetch} x {consumers} consumers = {bound}): at least one was acked while "
+                    "its job was unfinished", events=[window[2], x, *held], job_id=x.get("job_id"),
+                    attachment_id=x.get("attachment_id"), delivered_wall=x["wall"], bound=bound,
+                    held=[{"job_id": d["job_id"], "attachment_id": d["attachment_id"], "attempt": d["attempt"],
+                           "delivered_wall": d["wall"], "line": d.get("line")} for d in held]))
+    net = _safety_net(history, final, deliveries, once)
+    if problems:
+        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} deliveries handed to a consumer during a "
+                       "dependency fault prove that it had settled deliveries of unfinished jobs (no outcome, no "
+                       "retry recorded, never given back)" + (f"; the safety net did the work for {len(net)} jobs"
+                                                              if net else ""),
+                       evidence=problems + net, seed=seed)
+    if not judged:
+        return undecided(f"no delivery was handed out during the {len(windows)} dependency faults (or "
+                         f"{lease:g}s after them)")
+    return Verdict(NAME, VALID, REQUIREMENTS, f"{judged} deliveries handed out during dependency faults: none "
+                   f"implies a settled delivery of unfinished work (bound {bound} per channel)" +
+                   (f"; finding: the safety net did the work for {len(net)} jobs (claimed delivery never redelivered, "
+                    "then recovered)" if net else ""), evidence=net, seed=seed)

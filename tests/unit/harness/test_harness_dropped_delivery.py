@@ -1,0 +1,141 @@
+"""dropped_delivery (BE-JOB-001) over hand-made histories: a consumer handed a new delivery during a dependency fault
+while the deliveries it held were of jobs with nothing recorded proves it acked unfinished work (the
+ack_on_dependency_error variant's shape); a consumer that holds them, commits first, or gives them back is valid."""
+
+from __future__ import annotations
+
+from harness.checkers import dropped_delivery
+from harness.checkers.base import INVALID, UNKNOWN, VALID
+from harness_histories import Builder
+
+A = "aaaaaaaa-0000-4000-8000-000000000001"
+B = "bbbbbbbb-0000-4000-8000-000000000002"
+C = "cccccccc-0000-4000-8000-000000000003"
+JOBS = {A: "aaaaaaaa-1111-4000-8000-000000000001", B: "bbbbbbbb-1111-4000-8000-000000000002",
+        C: "cccccccc-1111-4000-8000-000000000003"}
+CONN = "127.0.0.1:40000 -> 127.0.0.1:5672"
+QUEUE = "attachments.jobs.process"
+
+
+def outage(toxic="cut", service="postgres", prefetch=2, consumers=1, traced=True, asked=True):
+    """Jobs A and B delivered to one channel at 1.0/1.1 and claimed; the database cut from 2.0 to 6.0."""
+    b = Builder(lease=4, scenario={"name": "hand-made", "checks": ["dropped_delivery"] if asked else []})
+    b.run["adapter"]["limits"] = {"prefetch": prefetch} if prefetch is not None else {}
+    b.run["adapter"]["broker"] = {"work_queue": QUEUE}
+    if traced:
+        b.add(0.05, "observe", source="firehose", deliveries=True, queue=QUEUE)
+    for at in (0.5, 1.5, 2.5, 3.5):
+        b.add(at, "queue", queue=QUEUE, dead_letter=False, ready=1, unacked=2, consumers=consumers)
+    b.add(2.0, "fault", action="toxic", service="postgres" if service == "postgres" else service, toxic=toxic,
+          phase="start", params={})
+    b.add(6.0, "fault", action="toxic", service=service, toxic=toxic, phase="end")
+    return b
+
+
+def deliver(b, at, attachment_id, attempt=1, redelivered=0, channel=1, connection=CONN):
+    b.add(at, "delivery", queue=QUEUE, job_id=JOBS[attachment_id], attachment_id=attachment_id, attempt=attempt,
+          redelivered=redelivered, channel=channel, connection=connection, message_id=JOBS[attachment_id])
+
+
+def check(b):
+    return dropped_delivery.check(b.history(), b.final, b.run)
+
+
+def dropped(b, a_steps=None):
+    """A and B claimed, then nothing recorded until a recovery at 9.0 (their deliveries acked during the cut); C
+    handed to the same channel at 3.0, during the cut."""
+    deliver(b, 1.0, A)
+    deliver(b, 1.1, B)
+    b.transitions(A, a_steps or [(0.5, None, "queued", 1, "api"), (1.2, "queued", "processing", 1, "worker"),
+                                 (9.0, "processing", "queued", 1, "sweeper"),
+                                 (9.5, "queued", "processing", 1, "worker"), (10.0, "processing", "ready", 1, "worker")])
+    b.transitions(B, [(0.6, None, "queued", 1, "api"), (1.3, "queued", "processing", 1, "worker"),
+                      (9.1, "processing", "queued", 1, "sweeper"), (9.6, "queued", "processing", 1, "worker"),
+                      (10.1, "processing", "ready", 1, "worker")])
+    b.transitions(C, [(0.7, None, "queued", 1, "api"), (7.0, "queued", "processing", 1, "worker"),
+                      (8.0, "processing", "ready", 1, "worker")])
+    deliver(b, 3.0, C)
+    return b
+
+
+def test_a_consumer_handed_a_delivery_while_its_held_jobs_had_nothing_recorded_is_invalid():
+    verdict = check(dropped(outage()))
+    assert verdict.status == INVALID, verdict.summary
+    item = verdict.evidence[0]
+    assert {h["attachment_id"] for h in item["held"]} == {A, B} and item["bound"] == 2
+    assert item["attachment_id"] == C and verdict.seed == 42
+    # Its own finding: both were recovered after a delivery the broker never handed out again.
+    assert sum("the safety net did the work" in e["message"] for e in verdict.evidence) == 2
+
+
+def test_a_consumer_that_committed_one_job_before_its_next_delivery_is_valid_and_exercised():
+    b = outage()
+    dropped(b, a_steps=[(0.5, None, "queued", 1, "api"), (1.2, "queued", "processing", 1, "worker"),
+                        (2.9, "processing", "ready", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+
+
+def test_a_delivery_given_back_is_redelivered_and_never_counted_as_held():
+    b = outage()
+    dropped(b)
+    deliver(b, 2.8, A, redelivered=1, channel=2)  # A nacked (or its channel closed): the broker handed it out again
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+
+
+def test_the_bound_counts_every_consumer_the_queue_had():
+    verdict = check(dropped(outage(consumers=2)))  # two consumers may share the channel: 4 free slots, 2 held
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+
+
+def test_a_delivery_on_another_channel_proves_nothing_about_this_one():
+    b = outage()
+    deliver(b, 1.0, A)
+    deliver(b, 1.1, B)
+    b.transitions(A, [(0.5, None, "queued", 1, "api"), (1.2, "queued", "processing", 1, "worker"),
+                      (7.0, "processing", "ready", 1, "worker")])
+    b.transitions(B, [(0.6, None, "queued", 1, "api"), (1.3, "queued", "processing", 1, "worker"),
+                      (7.1, "processing", "ready", 1, "worker")])
+    b.transitions(C, [(0.7, None, "queued", 1, "api"), (7.0, "queued", "processing", 1, "worker"),
+                      (8.0, "processing", "ready", 1, "worker")])
+    deliver(b, 3.0, C, channel=2)
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+
+
+def test_a_latency_toxic_is_no_dependency_failure():
+    verdict = check(dropped(outage(toxic="latency")))
+    assert verdict.status == VALID and not verdict.exercised, verdict.summary
+
+
+def test_a_broker_fault_is_not_judged_here():
+    verdict = check(dropped(outage(service="rabbitmq")))
+    assert verdict.status == VALID and not verdict.exercised, verdict.summary
+
+
+def test_untraced_deliveries_or_no_prefetch_cannot_tell_where_relied_on():
+    for b in (dropped(outage(traced=False)), dropped(outage(prefetch=None)), dropped(outage(consumers=0))):
+        verdict = check(b)
+        assert verdict.status == UNKNOWN and "cannot tell" in verdict.summary, verdict.summary
+    verdict = check(dropped(outage(traced=False, asked=False)))
+    assert verdict.status == VALID and not verdict.exercised, verdict.summary
+
+
+def test_no_delivery_during_the_fault_is_not_exercised():
+    b = outage(asked=False)
+    deliver(b, 1.0, A)
+    b.transitions(A, [(0.5, None, "queued", 1, "api"), (1.2, "queued", "processing", 1, "worker"),
+                      (7.0, "processing", "ready", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == VALID and not verdict.exercised, verdict.summary
+
+
+def test_a_job_recovered_before_the_next_delivery_is_no_longer_held_by_its_old_owner():
+    """An owner acking its delivery once the job was recovered is harmless (stale_ack's concern): not counted."""
+    b = outage()
+    dropped(b, a_steps=[(0.5, None, "queued", 1, "api"), (1.2, "queued", "processing", 1, "worker"),
+                        (2.5, "processing", "queued", 1, "sweeper"), (7.0, "queued", "processing", 1, "worker"),
+                        (8.0, "processing", "ready", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
