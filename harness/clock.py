@@ -6,14 +6,20 @@ offset, absolute or relative to a declared timing::
     clock_skew = [{ roles = ["@window", "@recovers_work"], offset = { of = "staging_retention_seconds", times = 0.75 } }]
 
 Those roles start with ``LD_PRELOAD=libfaketime`` and ``FAKETIME="+<seconds>"`` (their wall clock runs that far
-ahead; ``FAKETIME_DONT_FAKE_MONOTONIC=1`` keeps monotonic clocks real, so timeouts and sleeps are unchanged). The
-offset is only as good as its reach, so after start each skewed role is verified and the result recorded
-(``observe`` line, ``source = "clock_skew"``):
+ahead; ``FAKETIME_DONT_FAKE_MONOTONIC=1`` keeps monotonic clocks real, so timeouts and sleeps are unchanged). Before
+libfaketime the harness preloads its own fix (``harness/faketime_fix.c``, built by scripts/bootstrap.sh or here at
+first use with the C compiler): libfaketime 0.9.10 turns a monotonic absolute sleep into ``EINVAL`` even with
+monotonic clocks real, which breaks Python 3.11+'s ``time.sleep`` in a skewed role; the fix sends monotonic sleeps
+to the kernel untouched. Without the fix the offset is not applied (``unavailable``): a skew that breaks a correct
+program would be the harness's fault, not the program's. The offset is only as good as its reach, so after start
+each skewed role is verified and the result recorded (``observe`` line, ``source = "clock_skew"``):
 
-* ``verified``  — the role answers HTTP and its ``Date`` header is off by the offset (±1.5 s: the header has
-  whole seconds and servers refresh it about once a second);
+* ``verified``  — the role answers HTTP (the API's health path, or its /metrics when the adapter lists the role
+  under ``[metrics]``) and its ``Date`` header is off by the offset (±1.5 s: the header has whole seconds and
+  servers refresh it about once a second): the role's own clock as it reports it;
 * ``preloaded`` — libfaketime is mapped into a process of the role's group and the program is not a Go binary;
-  libc time calls are faked (no observable clock to compare with);
+  libc time calls are faked, but no clock of the role was seen (not a proof: ``clock_agreement`` then looks for
+  event times the role stamped, see there);
 * ``ineffective`` — the HTTP ``Date`` shows no offset;
 * ``cannot_apply`` — a Go program (it reads the clock through the vDSO, never through libc) or a static binary
   where the library is not mapped;
@@ -30,8 +36,12 @@ An entry may also set ``tz`` (an IANA zone): those roles start with ``TZ=<zone>`
 from __future__ import annotations
 
 import email.utils
+import hashlib
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -100,8 +110,59 @@ def resolve_tz(entries: list[dict], adapter, windows: list[str]) -> dict[str, st
     return out
 
 
-def faketime_env(offset: float, lib: str, base_env: dict) -> dict[str, str]:
-    preload = " ".join(p for p in (lib, base_env.get("LD_PRELOAD", "")) if p)
+FIX_SOURCE = Path(__file__).with_name("faketime_fix.c")
+
+
+def fix_library(build: bool = True) -> str | None:
+    """The harness's fix preloaded before libfaketime (``harness/faketime_fix.c``: monotonic sleeps go to the kernel
+    untouched): HARNESS_FAKETIME_FIX, else ``.tools/lib/`` of the checkout (a temporary folder when that is not
+    writable), built there with ``cc`` when missing or older than its source (named after the source's hash)."""
+    given = os.environ.get("HARNESS_FAKETIME_FIX")
+    if given:
+        return given if Path(given).is_file() else None
+    if not FIX_SOURCE.is_file():
+        return None
+    digest = hashlib.sha256(FIX_SOURCE.read_bytes()).hexdigest()[:12]
+    folders = [Path(__file__).resolve().parents[1] / ".tools" / "lib", Path(tempfile.gettempdir()) / "harness-lib"]
+    for folder in folders:
+        built = folder / f"faketime_fix-{digest}.so"
+        if built.is_file():
+            return str(built)
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not build or compiler is None:
+        return None
+    for folder in folders:
+        built = folder / f"faketime_fix-{digest}.so"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f".faketime_fix-{digest}.{os.getpid()}.so"
+            subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(FIX_SOURCE), "-ldl"],
+                           check=True, capture_output=True, timeout=120)
+            partial.chmod(0o755)
+            os.replace(partial, built)  # atomic: runs building it at once each see a whole file
+            return str(built)
+        except (OSError, subprocess.SubprocessError):
+            continue
+    return None
+
+
+def libraries() -> tuple[str | None, str | None, str | None]:
+    """(libfaketime, the harness's fix, why the offset cannot be applied — None when both are there)."""
+    lib = library()
+    if lib is None:
+        return None, None, "libfaketime not found (Debian: apt-get install faketime; or set HARNESS_LIBFAKETIME)"
+    fix = fix_library()
+    if fix is None:
+        return lib, None, ("the harness's libfaketime fix (harness/faketime_fix.c) could not be built (no C compiler; "
+                           "scripts/bootstrap.sh builds it, or set HARNESS_FAKETIME_FIX): without it libfaketime "
+                           "breaks monotonic sleeps (Python's time.sleep), so no offset is applied")
+    return lib, fix, None
+
+
+def faketime_env(offset: float, lib: str, base_env: dict, fix: str | None = None) -> dict[str, str]:
+    """The environment of a skewed role: the fix first (its clock_nanosleep wins over libfaketime's), libfaketime,
+    then whatever the role preloads itself."""
+    preload = " ".join(p for p in (fix, lib, base_env.get("LD_PRELOAD", "")) if p)
     return {"LD_PRELOAD": preload, "FAKETIME": f"{'+' if offset >= 0 else '-'}{abs(offset):.3f}",
             "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
@@ -185,8 +246,12 @@ def date_offset(client, url: str) -> float | None:
         return None
 
 
-def verify(instance, offset: float, group_members, http_url: str | None = None, client=None) -> dict:
-    """What can be shown of the offset of one running instance (see the module docstring)."""
+def verify(instance, offset: float, group_members, http_url: str | None = None, client=None,
+           wait_seconds: float = 0.0) -> dict:
+    """What can be shown of the offset of one running instance (see the module docstring). ``http_url``: an HTTP
+    endpoint the instance serves (the API's health path, or the /metrics of a role the adapter lists under
+    [metrics]); its ``Date`` header is the role's own clock as it reports it. ``wait_seconds``: how long to wait for
+    a first answer (a role's /metrics may come up after the API is healthy)."""
     if not instance.alive():
         return {"status": "not_running", "reason": "not running when the offset was verified"}
     pids = group_members(instance.pid) or [instance.pid]
@@ -194,20 +259,24 @@ def verify(instance, offset: float, group_members, http_url: str | None = None, 
     mapped = any(maps_library(pid) for pid in pids)
     facts = {"pids": pids[:8], "go_binary": go, "libfaketime_mapped": mapped}
     if http_url is not None and client is not None:
-        measured = None
-        for _ in range(3):  # the Date header is refreshed about once a second: take the closest of a few
+        measured, tries, until = None, 0, time.monotonic() + wait_seconds
+        while True:  # the Date header is refreshed about once a second: take the closest of a few
             value = date_offset(client, http_url)
+            tries += 1
             if value is not None and (measured is None or abs(value - offset) < abs(measured - offset)):
                 measured = value
             if measured is not None and abs(measured - offset) <= DATE_TOLERANCE_SECONDS:
                 break
+            if tries >= 3 and (measured is not None or time.monotonic() >= until or not instance.alive()):
+                break
             time.sleep(0.4)
         facts["date_header_offset"] = None if measured is None else round(measured, 3)
+        facts["date_header_url"] = http_url
         if measured is not None and abs(offset) > DATE_TOLERANCE_SECONDS:
             if abs(measured - offset) <= DATE_TOLERANCE_SECONDS:
                 return {"status": "verified", "reason": "HTTP Date header shows the offset", **facts}
-            return {"status": "ineffective", "reason": "HTTP Date header shows no offset"
-                    + (" (a Go program reads the clock without libc)" if go else ""), **facts}
+            return {"status": "ineffective", "reason": f"HTTP Date header shows no offset ({measured:+.1f}s, "
+                    f"asked {offset:+g}s)" + (": a Go program reads the clock without libc" if go else ""), **facts}
     if go:
         return {"status": "cannot_apply", "reason": "a Go program reads the clock through the vDSO, not libc: "
                 "libfaketime cannot move it", **facts}

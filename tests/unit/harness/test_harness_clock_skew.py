@@ -4,6 +4,7 @@ environment keeps monotonic clocks real, and staging_safety says unknown when an
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +26,67 @@ def test_groups_resolve_to_the_adapters_roles_with_a_scaled_offset():
     assert clock.resolve([{"roles": "@consumers", "offset": 2}], sut, [], sut.timings) == {"worker": 2.0}
 
 
-def test_faketime_env_prepends_the_library_and_keeps_monotonic_real():
-    env = clock.faketime_env(3.75, "/lib/libfaketime.so.1", {"LD_PRELOAD": "/lib/other.so"})
-    assert env == {"LD_PRELOAD": "/lib/libfaketime.so.1 /lib/other.so", "FAKETIME": "+3.750",
+def test_faketime_env_prepends_the_fix_and_the_library_and_keeps_monotonic_real():
+    env = clock.faketime_env(3.75, "/lib/libfaketime.so.1", {"LD_PRELOAD": "/lib/other.so"}, "/t/fix.so")
+    assert env == {"LD_PRELOAD": "/t/fix.so /lib/libfaketime.so.1 /lib/other.so", "FAKETIME": "+3.750",
                    "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+
+# A correct program that sleeps the ways Python 3.11+ does (time.sleep: clock_nanosleep(CLOCK_MONOTONIC,
+# TIMER_ABSTIME); a subprocess wait with a timeout sleeps in a loop; a thread sleeping) and reports its wall clock.
+SLEEPER = """
+import subprocess, sys, threading, time
+began = time.monotonic()
+time.sleep(0.05)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+try:
+    child.wait(timeout=0.1)
+except subprocess.TimeoutExpired:
+    pass
+child.kill(); child.wait()
+done = []
+t = threading.Thread(target=lambda: (time.sleep(0.05), done.append(1))); t.start(); t.join(5)
+assert done, "the sleeping thread died"
+print(time.time(), time.monotonic() - began, flush=True)
+"""
+
+
+def sleep_under(env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", SLEEPER], env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_a_program_that_sleeps_keeps_working_with_its_clock_skewed():
+    """The false alarm: libfaketime 0.9.10 with FAKETIME_DONT_FAKE_MONOTONIC=1 turned Python's time.sleep into
+    OSError EINVAL, so every upload of a correct Python API that sleeps failed in clock-skew-staging. With the
+    harness's fix preloaded first, the program sleeps as without a skew and its wall clock is still moved."""
+    lib, fix, why = clock.libraries()
+    if lib is None:  # bootstrap installs faketime; without it the harness records `unavailable`
+        return
+    assert fix is not None, why  # a C compiler is there wherever bootstrap ran (it builds the fix)
+    for offset in (100.0, -100.0):
+        import time
+
+        before = time.time()
+        done = sleep_under(clock.faketime_env(offset, lib, os.environ, fix))
+        assert done.returncode == 0, (offset, done.stderr[-800:])
+        wall, slept = (float(x) for x in done.stdout.split())
+        assert offset - 2 < wall - before < offset + 30, (offset, wall - before)
+        assert 0.2 <= slept < 20, slept  # monotonic clocks stay real: the sleeps took their real time
+
+
+def test_the_fix_is_built_from_its_source_and_found_again(tmp_path, monkeypatch):
+    if clock.library() is None or not (shutil.which("cc") or shutil.which("gcc")):
+        return
+    source = tmp_path / "faketime_fix.c"
+    source.write_bytes(clock.FIX_SOURCE.read_bytes() + b"\n/* a copy */\n")
+    monkeypatch.setattr(clock, "FIX_SOURCE", source)
+    monkeypatch.setattr(clock.tempfile, "gettempdir", lambda: str(tmp_path))
+    monkeypatch.delenv("HARNESS_FAKETIME_FIX", raising=False)
+    built = clock.fix_library()
+    assert built and os.path.isfile(built) and clock.fix_library(build=False) == built
+    monkeypatch.setenv("HARNESS_FAKETIME_FIX", str(tmp_path / "missing.so"))
+    assert clock.fix_library() is None
 
 
 def test_a_scenario_skews_only_adapters_declaring_the_timing_it_scales_with():
@@ -45,7 +103,7 @@ def test_the_offset_reaches_a_python_role_and_is_seen_mapped():
     lib = clock.library()
     if lib is None:  # bootstrap installs faketime; without it the harness records `unavailable`
         return
-    env = {**os.environ, **clock.faketime_env(100.0, lib, os.environ)}
+    env = {**os.environ, **clock.faketime_env(100.0, lib, os.environ, clock.fix_library())}
     probe = subprocess.Popen([sys.executable, "-c", "import time, sys; print(time.time()); sys.stdout.flush(); "
                               "time.sleep(3)"], env=env, stdout=subprocess.PIPE, text=True)
     try:
