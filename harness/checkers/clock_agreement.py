@@ -17,10 +17,15 @@ Judged on the harness's own clock only (no server timestamp is trusted):
 * nothing is seen expired before its TTL: the harness's first sight of the expiry outcome comes no earlier than the
   upload's first try + TTL (an observation is always after the fact, so an earlier one proves an early expiry).
 
-Exercised only when a clock difference really reached both sides — an offset shown in effect on at least one side
-(the other running on the real clock, or offset the other way) or two different UTC offsets from the time zones —
-and jobs on both sides of the deadline were observed. Where libfaketime cannot move a role (a Go program reads the
-clock without libc), the time zones still apply and the verdict says that the offset part was not exercised.
+Exercised only when a clock offset really reached both sides — every role the scenario skews shows its offset on its
+own clock as it reports it, and the offsets put a producer and a consumer at least half a TTL apart — and jobs on both
+sides of the deadline were observed. An offset is shown in effect (``verified``) by the role's HTTP ``Date`` header
+(its API, or its /metrics: harness/clock.py), else (``stamped``) by the claim events the only consumer role stamped:
+an event seen by the harness at wall time W with ``at`` = A proves the stamping clock at least A − W ahead (seen after
+the fact), one stamped before the upload that caused it was sent proves a clock behind. libfaketime merely mapped into
+a process proves nothing. Time zones alone never pass the check: two UTC offsets change how a time is written, not
+what the clocks read, so with an offset not shown in effect (a Go program reads the clock without libc; a role that
+drops ``LD_PRELOAD``) the check is ``unknown`` with the role and the reason.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from .expiry import SPAWN_SLACK_SECONDS, consumer_holds, expired_in_time, first_
 NAME = "clock_agreement"
 REQUIREMENTS = ["BE-JOB-005"]
 TIMINGS = ("job_ttl_seconds",)
-IN_EFFECT = ("verified", "preloaded")
+IN_EFFECT = ("verified", "stamped")  # an offset seen on the role's own clock (HTTP Date, or event times it stamped)
 # The harness polls every attachment about every 0.1 s per attachment; an expiry seen this much before the TTL
 # ran out is early beyond any rounding of the 202's own time.
 EARLY_SLACK_SECONDS = 0.05
+# An event time counts as showing an offset only beyond this (a stamp's rounding, the harness's own clock reads).
+DATE_SLACK_SECONDS = 1.0
 PRODUCERS, CONSUMERS, RECOVERS = "@producers", "@consumers", "@recovers_work"
 
 
@@ -52,9 +59,39 @@ def utc_offset_hours(zone: str | None) -> float | None:
         return None
 
 
+def stamped_offset(history, role_kinds: frozenset[str]) -> dict | None:
+    """What the claim events (``→ processing``) show of the clock that stamped them, when one consumer role makes
+    every claim: the largest A − W (A the event's ``at``, W the harness's first sight of it: a lower bound of how far
+    ahead that clock runs) and the smallest A − U (U the harness's first try of the upload: an upper bound, below 0
+    for a clock behind), with the events that show them."""
+    if len(role_kinds) != 1:
+        return None
+    sent: dict[str, float] = {}
+    for e in history.of_type("ok"):
+        if e.get("f") == "upload" and e.get("attachment_id"):
+            invoke = next((i for i in history.of_type("invoke") if i.get("op") == e.get("op")), None)
+            sent.setdefault(e["attachment_id"], (invoke or e)["wall"])
+    ahead = behind = None
+    for e in history.of_type("transition"):
+        at = parse_time(e.get("at_server"))
+        if e.get("to") != "processing" or at is None:
+            continue
+        if ahead is None or at - e["wall"] > ahead["bound"]:
+            ahead = {"bound": round(at - e["wall"], 3), "attachment_id": e.get("attachment_id"),
+                     "at": e.get("at_server"), "seen_wall": e["wall"]}
+        upload = sent.get(e.get("attachment_id"))
+        if upload is not None and (behind is None or at - upload < behind["bound"]):
+            behind = {"bound": round(at - upload, 3), "attachment_id": e.get("attachment_id"),
+                      "at": e.get("at_server"), "upload_sent_wall": upload}
+    return {"role": next(iter(role_kinds)), "ahead_at_least": ahead, "behind_at_least": behind}
+
+
 def clocks(history, run) -> list[dict]:
-    """Per role instance that got a clock of its own: its side, the offset in effect (0 where not shown) and TZ."""
+    """Per role instance that got a clock of its own: its side, the offset in effect (0 where not shown) and TZ. An
+    offset not seen in a Date header counts when the claim events the role stamped show it (``stamped``: the bound
+    they prove, never more than asked)."""
     consumers = consumer_roles(run)
+    stamps = stamped_offset(history, consumers)
     out: dict[str, dict] = {}
     for e in history.of_type("observe"):
         if e.get("source") not in ("clock_skew", "clock_tz"):
@@ -74,6 +111,18 @@ def clocks(history, run) -> list[dict]:
         else:
             item["tz"] = e.get("tz")
             item["utc_offset_hours"] = utc_offset_hours(e.get("tz"))
+    for item in out.values():
+        asked = float(item.get("offset_requested") or 0)
+        if item["offset_status"] in IN_EFFECT or not asked or stamps is None or role_kind(item["role"]) != stamps["role"]:
+            continue
+        ahead, behind = stamps["ahead_at_least"], stamps["behind_at_least"]
+        shown = (min(asked, ahead["bound"]) if asked > 0 and ahead and ahead["bound"] > DATE_SLACK_SECONDS else
+                 max(asked, behind["bound"]) if asked < 0 and behind and behind["bound"] < -DATE_SLACK_SECONDS else None)
+        if shown is not None:
+            item.update(offset_status="stamped", offset_seconds=shown, offset_stamp=ahead if asked > 0 else behind,
+                        offset_reason=f"its claim events' times show its clock {abs(shown):g}s "
+                                      f"{'ahead' if asked > 0 else 'behind'} at least (asked {asked:+g}s; "
+                                      f"{item.get('offset_reason')})")
     return list(out.values())
 
 
@@ -88,8 +137,9 @@ def difference(items: list[dict], ttl: float | None) -> dict:
     return {"producers": len(producers), "consumers": len(consumers), "offset_gap_seconds": round(offset_gap, 3),
             "offset_exercised": bool(producers and consumers) and offset_gap >= needed,
             "zone_gap_hours": zone_gap, "zone_exercised": bool(producers and consumers) and zone_gap > 0,
-            "offset_not_applied": sorted({f"{c['role']}: {c.get('offset_reason')}" for c in items
-                                          if c.get("offset_status") and c["offset_status"] not in IN_EFFECT})}
+            "offset_not_applied": sorted({f"{c['role']}: {c.get('offset_status')} ({c.get('offset_reason')})"
+                                          for c in items if c.get("offset_status") and c["offset_status"] not in IN_EFFECT
+                                          and float(c.get("offset_requested") or 0)})}
 
 
 def consumer_pauses(history, run) -> list[tuple[dict, dict]]:
@@ -140,6 +190,8 @@ def check(history, final, run) -> Verdict:
     code = expiry_code(run)
     gap = difference(items, ttl)
     facts = evidence("clocks per role instance", clocks=items, **gap)
+    if gap["offset_not_applied"]:  # the scenario's clock offset is a fault that did not (visibly) happen
+        facts["fault"] = {"kind": "clock_skew", "not_shown": gap["offset_not_applied"]}
     accepted = accepted_attachments(history)
     records = final.get("attachments", {})
     problems, stale_ok, fresh_ok = [], [], []
@@ -180,17 +232,23 @@ def check(history, final, run) -> Verdict:
                        f"{len(problems)} jobs judged against the wrong clock with producer and consumer clocks apart "
                        f"(offset gap {gap['offset_gap_seconds']:g}s, time zones {gap['zone_gap_hours']:g}h apart)",
                        evidence=problems[:40] + [facts], seed=seed_of(run))
-    applied = gap["offset_exercised"] or gap["zone_exercised"]
+    # Time zones alone prove nothing (how a time is written, not what a clock reads): every offset the scenario asked
+    # for must show on the role's own clock, and they must put the two sides apart.
     why = ("the adapter declares no job_ttl_seconds" if ttl is None else
-           "no clock difference reached both a producer and a consumer role" if not applied else
+           "the clock offset was not shown on the role's own clock (HTTP Date header or event times it stamped) in "
+           + "; ".join(gap["offset_not_applied"]) + (f"; time zones {gap['zone_gap_hours']:g}h apart alone prove no "
+                                                      "clock difference" if gap["zone_exercised"] else "")
+           if gap["offset_not_applied"] else
+           "no clock offset reached both a producer and a consumer role" + (
+               f" (time zones {gap['zone_gap_hours']:g}h apart alone prove no clock difference)"
+               if gap["zone_exercised"] else "") if not gap["offset_exercised"] else
            "no consumer was held" if not holds else
            "no job's TTL ran out while the consumers were held" if not stale_ok else
            "no upload came after the consumers were back" if not fresh_ok else None)
     if why:
         return not_proven(NAME, REQUIREMENTS, "clock agreement", why, run, [facts])
-    parts = []
-    parts.append(f"{gap['offset_gap_seconds']:g}s apart" if gap["offset_exercised"] else
-                 "offset part not exercised (" + ("; ".join(gap["offset_not_applied"]) or "no offset applied") + ")")
+    parts = [f"{gap['offset_gap_seconds']:g}s apart (" + ", ".join(
+        sorted({f"{c['role']} {c['offset_status']}" for c in items if c.get("offset_status") in IN_EFFECT})) + ")"]
     if gap["zone_exercised"]:
         parts.append(f"time zones {gap['zone_gap_hours']:g}h apart")
     return Verdict(NAME, VALID, REQUIREMENTS,

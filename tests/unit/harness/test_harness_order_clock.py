@@ -3,7 +3,7 @@ a correct run, invalid on the bug it exists for, and unknown when it could not o
 
 from __future__ import annotations
 
-from harness_histories import Builder, happy, job_message
+from harness_histories import Builder, happy, iso, job_message
 
 from harness.checkers import INVALID, UNKNOWN, VALID, clock_agreement, order_independence
 from harness.checkers.order_independence import connection_of
@@ -82,7 +82,7 @@ STALE, MIDDLE, FRESH = ("11111111-1111-4111-8111-111111111111", "22222222-2222-4
                         "33333333-3333-4333-8333-333333333333")
 
 
-def clock_run(stale_end=None, fresh_end=None, producer_status="verified", consumer_status="preloaded",
+def clock_run(stale_end=None, fresh_end=None, producer_status="verified", consumer_status="verified",
               producer_tz="Pacific/Kiritimati", consumer_tz="America/Adak", ttl=2.0):
     """Producers 2.5 s behind, consumers 2.5 s ahead; worker held 0.5 s → 4 s with a 2 s TTL: STALE accepted at 1 s
     (TTL out at 3 s, before the release), MIDDLE at 2.5 s (either outcome allowed), FRESH at 5 s (after the first
@@ -144,18 +144,58 @@ def test_clock_agreement_catches_stale_work_processed_by_a_clock_behind():
     assert any(e.get("attachment_id") == STALE and "TTL ran out" in e["message"] for e in verdict.evidence)
 
 
-def test_clock_agreement_on_time_zones_alone_says_the_offset_part_was_not_exercised():
+def test_clock_agreement_is_unknown_on_time_zones_alone():
+    """Hole 10 (issue 20): libfaketime does not move a Go program's clock, and time zones change how a time is
+    written, not what a clock reads. Before: VALID ("offset part not exercised, time zones 24h apart"); now unknown,
+    naming each role whose offset was not shown and why."""
     b = clock_run(producer_status="cannot_apply", consumer_status="cannot_apply")  # Go programs
     verdict = clock_agreement.check(b.history(), b.final, b.run)
-    assert verdict.status == VALID and verdict.exercised
-    assert "offset part not exercised" in verdict.summary and "time zones" in verdict.summary
+    assert verdict.status == UNKNOWN, verdict.summary
+    assert "alone prove no clock difference" in verdict.summary
+    assert all(f"{role}: cannot_apply" in verdict.summary for role in ("api", "relay", "worker"))
+    # An offset the role's clock shows on one side only is not enough either when another asked offset is not shown.
+    b = clock_run(producer_status="ineffective")
+    verdict = clock_agreement.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "api: ineffective" in verdict.summary and "worker" not in verdict.summary
+
+
+def stamped(b, ahead: float):
+    """The claim events' `at` as a worker whose clock runs `ahead` seconds ahead would stamp them."""
+    for e in b.events:
+        if e["type"] == "transition" and e.get("to") == "processing":
+            e["at_server"] = iso(e["wall"] - 0.2 + ahead)
+    return b
+
+
+def test_clock_agreement_takes_an_offset_from_the_claim_times_the_consumer_stamped():
+    # libfaketime mapped (preloaded) proves nothing by itself; claim times 2.5 s ahead of when the harness saw them do.
+    b = stamped(clock_run(consumer_status="preloaded"), 2.5)
+    verdict = clock_agreement.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert "worker stamped" in verdict.summary and "4.8s apart" in verdict.summary  # 2.3 s shown (+2.5 asked, seen 0.2 s late)
+    worker = next(c for c in verdict.evidence[-1]["clocks"] if c["role"] == "worker")
+    assert worker["offset_stamp"]["attachment_id"] and worker["offset_seconds"] == 2.3
+    for unshown in (stamped(clock_run(consumer_status="preloaded"), 0.0),  # stamped by the database's clock, say
+                    stamped(clock_run(consumer_status="preloaded"), 0.9)):  # within the slack
+        verdict = clock_agreement.check(unshown.history(), unshown.final, unshown.run)
+        assert verdict.status == UNKNOWN and "worker: preloaded" in verdict.summary, verdict.summary
+    # Two consumer roles: a claim cannot be put on one of them.
+    two = stamped(clock_run(consumer_status="preloaded"), 2.5)
+    two.run["adapter"]["consumers"] = ["worker", "worker_b"]
+    assert clock_agreement.check(two.history(), two.final, two.run).status == UNKNOWN
 
 
 def test_clock_agreement_unknown_without_a_clock_difference_or_without_a_clock_at_all():
     same = clock_run(producer_status="cannot_apply", consumer_status="cannot_apply", producer_tz="UTC",
                      consumer_tz="Etc/UTC")
     verdict = clock_agreement.check(same.history(), same.final, same.run)
-    assert verdict.status == UNKNOWN and "no clock difference" in verdict.summary
+    assert verdict.status == UNKNOWN and "not shown on the role's own clock" in verdict.summary
+    close = clock_run()  # every offset shown, but 0.8 s apart is less than half the 2 s TTL
+    for e in close.events:
+        if e.get("source") == "clock_skew":
+            e["offset_seconds"] = 0.4 if e["offset_seconds"] > 0 else -0.4
+    verdict = clock_agreement.check(close.history(), close.final, close.run)
+    assert verdict.status == UNKNOWN and "no clock offset reached both" in verdict.summary
     bare = Builder(scenario=CLOCK)
     happy(builder=bare)
     assert clock_agreement.check(bare.history(), bare.final, bare.run).status == UNKNOWN
@@ -201,7 +241,8 @@ def test_producers_group_time_zones_and_a_go_implementation_still_graded_on_its_
     assert clock.resolve_tz(entries, ref, []) == {"api": "Pacific/Kiritimati", "relay": "Pacific/Kiritimati",
                                                   "worker": "America/Adak", "sweeper": "America/Adak"}
     assert clock.groups_of(entries, ref, [])["worker"] == ["@consumers"]
-    # A time zone reaches Go programs: the scenario is not skipped for them (clock-skew-staging, offsets only, is).
+    # A time zone reaches Go programs: the scenario is not skipped for them (clock-skew-staging, offsets only, is);
+    # its expiry checks judge them, and clock_agreement says the offset did not show (unknown).
     assert clock.cannot_skew(go, scenario.raw) is None
     assert scenario in for_grade([scenario], ref, 4)[0]
     order = permuted(list("abcdef"), random.Random(4242))
