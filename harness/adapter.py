@@ -9,6 +9,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import vocabulary as vocab
 from .schemas import REPO_ROOT, SchemaDocument, errors
 
 WINDOWS = (
@@ -41,6 +42,7 @@ class Role:
     consumer: bool = False
     recovers_work: bool = False
     stop_timeout_seconds: float = 5.0
+    metrics_path: str | None = None  # where this role's metrics page is, when not [metrics] path / [http] metrics_path
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,7 @@ class Adapter(SchemaDocument):
                 consumer=bool(spec.get("consumer", name == "worker")),
                 recovers_work=bool(spec.get("recovers_work", name == "sweeper")),
                 stop_timeout_seconds=float(spec.get("stop_timeout_seconds", 5)),
+                metrics_path=spec.get("metrics_path"),
             )
         return out
 
@@ -93,8 +96,10 @@ class Adapter(SchemaDocument):
 
     @property
     def capabilities(self) -> dict[str, bool]:
-        return {"failpoints": False, "replay": False, "events": True, **(self.raw.get("capabilities") or {}),
-                "versions": bool(self.raw.get("versions"))}  # level 5: the optional [versions] table
+        declared = {"failpoints": False, "replay": False, "events": True, **(self.raw.get("capabilities") or {})}
+        if self.events_sql:  # [events] sql: the harness reads the transitions from the database instead of GET /events
+            declared["events"] = True
+        return {**declared, "versions": bool(self.raw.get("versions"))}  # level 5: the optional [versions] table
 
     def has(self, capability: str) -> bool:
         return bool(self.capabilities.get(capability))
@@ -106,12 +111,30 @@ class Adapter(SchemaDocument):
 
     @property
     def timings(self) -> dict:
-        return dict(self.raw.get("timings") or {})
+        """The declared timings in seconds (a duration written "250ms", "30s", "5m" or "PT30S" is converted)."""
+        out = {}
+        for key, value in (self.raw.get("timings") or {}).items():
+            try:
+                out[key] = vocab.seconds(value) if isinstance(value, str) else value
+            except vocab.VocabularyError as exc:
+                raise AdapterError(f"timings.{key}: {exc}") from None
+        return out
 
     @property
     def timings_env(self) -> dict[str, str]:
         """Timing name -> the environment variable that sets it, so a scenario can override it (e.g. a short TTL)."""
-        return dict(self.raw.get("timings_env") or {})
+        return {k: (v["env"] if isinstance(v, dict) else v) for k, v in (self.raw.get("timings_env") or {}).items()}
+
+    def timing_unit(self, name: str) -> str:
+        """The unit the variable of ``[timings_env] name`` takes: ``s`` unless its entry says ``unit``."""
+        entry = (self.raw.get("timings_env") or {}).get(name)
+        return entry.get("unit", "s") if isinstance(entry, dict) else "s"
+
+    def timing_value(self, name: str, value) -> str:
+        """A timing (seconds, or a count) as its ``[timings_env]`` variable wants it."""
+        if name == "max_attempts":  # a count, not a duration
+            return str(value)
+        return vocab.format_duration(value, self.timing_unit(name))
 
     def timing_overrides(self, overrides: dict) -> tuple[dict, dict[str, str]]:
         """(effective timings, env to add) for a scenario's ``[timings]``; AdapterError if one cannot be set."""
@@ -119,7 +142,63 @@ class Adapter(SchemaDocument):
         if lacking:
             raise AdapterError(f"adapter {self.name} declares no [timings_env] variable for {', '.join(lacking)}")
         return ({**self.timings, **overrides},
-                {self.timings_env[k]: str(v) for k, v in overrides.items()})
+                {self.timings_env[k]: self.timing_value(k, v) for k, v in overrides.items()})
+
+    # --- the service's own vocabulary (harness/vocabulary.py) --------------------------------------------------
+
+    @property
+    def vocabulary(self) -> vocab.Vocabulary:
+        """State names ([vocabulary] states) and API paths ([paths]) of this implementation."""
+        return vocab.Vocabulary.from_raw(self.raw)
+
+    @property
+    def events_sql(self) -> str | None:
+        """[events] sql: the read-only query that returns an attachment's transitions (instead of GET /events)."""
+        return (self.raw.get("events") or {}).get("sql") or None
+
+    def events_reader(self, env_direct: dict):
+        """A reader of the transitions from the implementation's database (harness/events_sql.py), or None when the
+        adapter has no [events] sql."""
+        if not self.events_sql or not env_direct.get("DATABASE_URL"):
+            return None
+        from .events_sql import SqlEvents
+
+        return SqlEvents(env_direct["DATABASE_URL"], self.events_sql)
+
+    def metrics_path(self, role: str) -> str:
+        """Where ``role`` serves its metrics: its own ``metrics_path``, else ``[http] metrics_path`` for the HTTP role
+        and ``[metrics] path`` for the others, else /metrics."""
+        spec = (self.raw.get("roles") or {}).get(role) or {}
+        if spec.get("metrics_path"):
+            return spec["metrics_path"]
+        if role == self.http.get("role", "api"):
+            return (self.raw.get("http") or {}).get("metrics_path") or "/metrics"
+        return (self.raw.get("metrics") or {}).get("path") or "/metrics"
+
+    def env_tables(self) -> list[tuple[str, dict]]:
+        """Every environment table of the adapter, with its TOML name: where ``${VAR}`` may be used."""
+        tables = [("env", self.raw.get("env") or {}), ("setup.env", (self.raw.get("setup") or {}).get("env") or {}),
+                  ("metrics.env", (self.raw.get("metrics") or {}).get("env") or {}),
+                  ("versions.consumer_env", (self.raw.get("versions") or {}).get("consumer_env") or {})]
+        tables += [(f"roles.{name}.env", spec.get("env") or {}) for name, spec in (self.raw.get("roles") or {}).items()
+                   if isinstance(spec, dict)]
+        return [(where, table) for where, table in tables if isinstance(table, dict)]
+
+    @property
+    def interpolated_keys(self) -> frozenset[str]:
+        """The variables the adapter declares with a ``$`` in their value (``${VAR}`` references, ``$$``)."""
+        return frozenset(k for _, table in self.env_tables() for k, v in table.items() if isinstance(v, str) and "$" in v)
+
+    def interpolate_env(self, env: dict) -> dict:
+        """A process's environment with the adapter's ``${VAR}`` references resolved from that environment itself (a
+        role with a proxy of its own sees its own port in ``${DATABASE_PORT}``)."""
+        keys = self.interpolated_keys
+        if not keys:
+            return env
+        try:
+            return vocab.interpolate_env(env, keys)
+        except vocab.VocabularyError as exc:
+            raise AdapterError(str(exc)) from None
 
     @property
     def limits(self) -> dict:
@@ -226,6 +305,9 @@ class Adapter(SchemaDocument):
             "consumers": self.roles_flagged("consumer"),
             "recovers_work": self.roles_flagged("recovers_work"),
             "failpoints": self.failpoint_roles,
+            # The service's own vocabulary, when it maps any (what the history's states were translated from).
+            **({"vocabulary": {"states": self.vocabulary.states}} if self.vocabulary.states else {}),
+            **({"events_from": "sql"} if self.events_sql else {}),
         }
 
 
@@ -264,4 +346,5 @@ def load(path_or_name: str | Path) -> Adapter:
     if unknown:
         # More failpoint names are allowed (CONTRACT §7); they are simply not graded windows.
         pass
+    adapter.timings  # a duration the schema's pattern let through but that does not parse raises here
     return adapter

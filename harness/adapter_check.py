@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import adapter as adapter_mod
+from . import vocabulary as vocab
 from . import checkers as _checkers
 from .nemesis import timings_needed
 from .schemas import validator
@@ -145,8 +146,25 @@ def _schema_problems(raw: dict, report: Report) -> None:
         elif e.validator in ("enum", "const"):
             allowed = e.validator_value if e.validator == "enum" else [e.validator_value]
             report.add(field_name(path), f"must be {' or '.join(_short(v) for v in allowed)}, got {_short(e.instance)}")
+        elif e.validator == "pattern" and isinstance(e.instance, str):
+            report.add(field_name(path), _pattern_reason(e.validator_value, e.instance) or e.message)
         else:
             report.add(field_name(path), e.message)
+
+
+def _pattern_reason(pattern: str, value: str) -> str | None:
+    """What is wrong with a value its pattern refused, for the patterns of the adapter's own vocabulary."""
+    if pattern == vocab.ENV_VALUE_PATTERN:
+        unknown = vocab.unknown_references(value)
+        what = (f"unknown variable {', '.join('${' + n + '}' for n in unknown)}" if unknown else
+                "a $ that is neither ${NAME} nor $$ (a literal $)")
+        return f"{what} in {_short(value)} (known: {', '.join(vocab.KNOWN_VARIABLES)})"
+    if pattern == vocab.DURATION_PATTERN:
+        return (f"not a duration: {_short(value)} (seconds as a number, or a string: \"250ms\", \"30s\", \"5m\", "
+                "\"2h\", ISO 8601 \"PT30S\")")
+    if pattern == vocab.EVENTS_SQL_PATTERN:
+        return "the query must take the attachment's id as %(attachment_id)s"
+    return None
 
 
 # --- what the schema cannot say -----------------------------------------------------------------------------------
@@ -433,6 +451,7 @@ def _summary(sut: adapter_mod.Adapter, catalogue, level: int) -> list[str]:
         f"consumer roles: {', '.join(sut.roles_flagged('consumer'))}",
         f"recovering roles: {', '.join(sut.roles_flagged('recovers_work')) or 'none'}",
         "capabilities: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in sut.capabilities.items()),
+        *_vocabulary_lines(sut),
         "windows -> roles" + (" (failpoints)" if sut.has("failpoints") else " (timed SIGKILL, no failpoints)") + ":",
         *[f"  {w:30} -> {r or '(no role: scenarios needing it are skipped)'}" for w, r in windows.items()],
         f"at level {level}: {len(chosen)} scenarios run, {len(skipped)} skipped",
@@ -440,6 +459,41 @@ def _summary(sut: adapter_mod.Adapter, catalogue, level: int) -> list[str]:
         *[f"  skip  {s.name}: {why}" for s, why in skipped],
     ]
     return lines
+
+
+def _vocabulary_lines(sut: adapter_mod.Adapter) -> list[str]:
+    """How the harness will speak to this implementation: its state names, paths, where transitions and metrics are
+    read, the variables it maps with ${NAME}."""
+    words = sut.vocabulary
+    lines = []
+    if words.states:
+        lines.append("states: " + ", ".join(f"{theirs} -> {ours}" for theirs, ours in words.states.items()))
+    lines.append(f"paths: upload POST {words.upload_path()}, status GET {words.status_path('{id}')}")
+    if sut.events_sql:
+        lines.append("events: read by the harness from the database ([events] sql, read only)")
+    elif sut.has("events"):
+        lines.append(f"events: GET {words.events_path('{id}')}")
+    metric_roles = [sut.http.get("role", "api"), *((sut.raw.get("metrics") or {}).get("roles") or [])]
+    lines.append("metrics: " + ", ".join(f"{r} {sut.metrics_path(r)}" for r in dict.fromkeys(metric_roles)))
+    mapped = sorted({f"{k}={v}" for _, table in sut.env_tables() for k, v in table.items()
+                     if isinstance(v, str) and vocab.references(v)})
+    if mapped:
+        lines.append("environment mapped: " + ", ".join(mapped))
+    return lines
+
+
+def _vocabulary_warnings(sut: adapter_mod.Adapter, report: Report) -> None:
+    """What the adapter says that the harness will not use."""
+    entry = (sut.raw.get("timings_env") or {}).get("max_attempts")
+    if isinstance(entry, dict) and entry.get("unit", "s") != "s":
+        report.warnings.append(Problem("timings_env.max_attempts.unit", "max_attempts is a count, not a duration: "
+                                       "the harness writes it as a plain integer whatever the unit"))
+    if sut.events_sql and (sut.raw.get("paths") or {}).get("events"):
+        report.warnings.append(Problem("paths.events", "not read: [events] sql is set, and the harness reads the "
+                                       "transitions from the database"))
+    if sut.events_sql and (sut.raw.get("capabilities") or {}).get("events") is False:
+        report.warnings.append(Problem("capabilities.events", "false, but [events] sql is set: the harness reads "
+                                       "the transitions with the query (events counts as provided)"))
 
 
 # --- entry points -------------------------------------------------------------------------------------------------
@@ -466,6 +520,7 @@ def check(path_or_name: str | Path, level: int | None = None) -> Report:
         return report
     sut = adapter_mod.Adapter(path=path, raw=raw)
     _program_problems(sut, raw, report)
+    _vocabulary_warnings(sut, report)
     claimed = raw.get("level") if raw.get("level") in (3, 4, 5) else 5
     level = int(level or claimed)
     try:

@@ -64,7 +64,21 @@ PARALLEL_FROM = 50  # attachments; a catalogue scenario's few are read one after
 READERS = 8
 
 
-def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None, events: bool = True) -> dict:
+def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None, events: bool = True,
+               vocabulary=None, events_reader=None) -> dict:
+    """The API's view of every attachment (status and events, through the adapter's paths and state names, or its
+    [events] sql reader, which this closes), their objects, the bucket and the queues."""
+    from .vocabulary import DEFAULT
+
+    words = vocabulary or DEFAULT
+    try:
+        return _read_final(base_url, attachment_ids, s3_env, tap, events, words, events_reader)
+    finally:
+        if events_reader is not None:
+            events_reader.close()
+
+
+def _read_final(base_url, attachment_ids, s3_env, tap, events, words, events_reader) -> dict:
     final = {"read_ok": True, "errors": [], "attachments": {}, "read_at": iso_now()}
     s3 = s3_client(s3_env)
     bucket = s3_env["S3_BUCKET"]
@@ -72,11 +86,13 @@ def read_final(base_url: str, attachment_ids: list[str], s3_env: dict, tap=None,
         def read_one(attachment_id: str) -> tuple[dict, str | None]:
             record: dict = {"status": None}
             try:
-                response = client.get(f"/v1/attachments/{attachment_id}")
+                response = client.get(words.status_path(attachment_id))
                 record["status"] = response.status_code
-                record["body"] = response.json() if response.status_code == 200 else None
+                record["body"] = words.body(response.json()) if response.status_code == 200 else None
                 if events and response.status_code == 200:
-                    record["events"] = client.get(f"/v1/attachments/{attachment_id}/events").json().get("events", [])
+                    reported = (events_reader.read(attachment_id) if events_reader is not None else
+                                client.get(words.events_path(attachment_id)).json().get("events", []))
+                    record["events"] = [words.event(e) for e in reported]
             except Exception as exc:
                 return record, f"{attachment_id}: {exc!r}"
             objects = {}

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import http_clients
 from .final_state import utc_text
 from .polling import Poller
+from .vocabulary import DEFAULT as DEFAULT_VOCABULARY
 
 
 class ObjectWatcher(Poller):
@@ -78,11 +79,18 @@ class ApiObserver(Poller):
     SMALL_UNFINISHED_READS_PER_SECOND = 50.0
     SMALL_QUIET_READS_PER_SECOND = 20.0
 
-    def __init__(self, base_url: str, history, interval: float = 0.1, events: bool = True, transport=None):
+    def __init__(self, base_url: str, history, interval: float = 0.1, events: bool = True, transport=None,
+                 vocabulary=None, events_reader=None):
         super().__init__("api-observer", interval)
         self.client = http_clients.client(base_url=base_url, timeout=3, transport=transport)
         self.history = history
         self.events = events
+        # The adapter's state names and paths (harness/vocabulary.py), and its [events] sql reader if any: states
+        # are recorded in the contract's names, transitions read from the database instead of GET /events.
+        self.vocabulary = vocabulary or DEFAULT_VOCABULARY
+        self.events_reader = events_reader
+        self.unknown_states: set[str] = set()
+        self.events_errors = 0
         self._ids: list[str] = []
         self._known: set[str] = set()
         self._lock = threading.Lock()
@@ -143,11 +151,13 @@ class ApiObserver(Poller):
             self._poll_one(attachment_id)
 
     def _poll_one(self, attachment_id: str) -> None:
-        response = self.client.get(f"/v1/attachments/{attachment_id}")
+        response = self.client.get(self.vocabulary.status_path(attachment_id))
         if response.status_code != 200:
             return
-        body = response.json()
+        reported = response.json()
+        body = self.vocabulary.body(reported)
         state = body.get("state")
+        self._note_unknown(attachment_id, reported.get("state") if isinstance(reported, dict) else None, "status")
         changed = state != self.states.get(attachment_id)
         if changed and state == "ready" and self.on_ready is not None:
             try:  # before the state is recorded: a job picked as `ready` (republish, crash) was snapshotted first
@@ -167,11 +177,14 @@ class ApiObserver(Poller):
         if isinstance(body.get("versions"), list):
             changed = self._record_versions(attachment_id, body) or changed
         if self.events:
-            response = self.client.get(f"/v1/attachments/{attachment_id}/events")
-            if response.status_code != 200:
+            events = self._read_events(attachment_id)
+            if events is None:
                 return
             seen = self.seen_seq.setdefault(attachment_id, set())
-            for event in response.json().get("events", []):
+            for event in events:
+                for key in ("from", "to"):
+                    self._note_unknown(attachment_id, event.get(key), "event")
+                event = self.vocabulary.event(event)
                 if event.get("seq") in seen:
                     continue
                 seen.add(event.get("seq"))
@@ -194,6 +207,32 @@ class ApiObserver(Poller):
             # so that all unfinished reads stay near 4 × QUIET_READS_PER_SECOND a second.
             waiting = 0.0 if changed else max(self.QUIET_SECONDS, unfinished / (4 * self.QUIET_READS_PER_SECOND))
         self.next_read[attachment_id] = time.monotonic() + (quiet_period if quiet else waiting)
+
+    def _read_events(self, attachment_id: str) -> list | None:
+        """The attachment's transitions as the service reports them: GET …/events (the adapter's path), or the
+        adapter's [events] sql on its database. None when they could not be read this time."""
+        if self.events_reader is None:
+            response = self.client.get(self.vocabulary.events_path(attachment_id))
+            if response.status_code != 200:
+                return None
+            return response.json().get("events", [])
+        try:
+            return self.events_reader.read(attachment_id)
+        except Exception as exc:
+            self.events_errors += 1
+            if self.events_errors in (1, 10, 100):  # said, not repeated at every poll
+                self.history.append("note", message="[events] sql could not be read", error=repr(exc)[:300],
+                                    attachment_id=attachment_id, failures=self.events_errors)
+            return None
+
+    def _note_unknown(self, attachment_id: str, name, where: str) -> None:
+        """A state name the service reported that is neither mapped by the adapter nor a contract state: said once
+        per name, with the attachment it was first seen on (state_regression judges it)."""
+        if name is None or not self.vocabulary.is_unknown(name) or name in self.unknown_states:
+            return
+        self.unknown_states.add(name)
+        self.history.append("note", message=f"state {name!r} is neither a contract state nor mapped by the "
+                            "adapter's [vocabulary] states", state=name, attachment_id=attachment_id, read=where)
 
     def _record_versions(self, attachment_id: str, body: dict) -> bool:
         """Level 5 (docs/CONTRACT.md): one ``versions`` line per change of the attachment's ``versions[]`` (each
@@ -229,3 +268,5 @@ class ApiObserver(Poller):
     def close(self) -> None:
         self.halt()
         self.client.close()
+        if self.events_reader is not None:
+            self.events_reader.close()

@@ -126,7 +126,8 @@ class ScenarioRun:
                         self.stopping.wait(retention_wait)
                 self._read_metrics()
                 final = read_final(self.base_url, self._attachment_ids(), self.env_direct, self.tap,
-                                   events=self.adapter.has("events"))
+                                   events=self.adapter.has("events"), vocabulary=self.adapter.vocabulary,
+                                   events_reader=self.adapter.events_reader(self.env_direct))
                 work = amqp_queue_depth(self.tenant.direct.amqp_url, self.adapter.broker["work_queue"])
                 if work is not None:
                     final.setdefault("queues", {})["work"] = work
@@ -244,6 +245,8 @@ class ScenarioRun:
 
     def _start_roles(self) -> None:
         self.supervisor = Supervisor(self.run_dir, self.history, on_exit=lambda i, info: self.faults.on_exit(i, info))
+        if self.adapter.interpolated_keys:  # ${VAR} in the adapter's env values: resolved per instance at its start
+            self.supervisor.prepare_env = self.adapter.interpolate_env
         self.faults = self._fault_context()
         counts = {role: n for key, n in (self.scenario.raw.get("roles") or {}).items()
                   for role in self.adapter.expand_roles([key])}
@@ -275,7 +278,9 @@ class ScenarioRun:
 
     def _start_observers(self) -> None:
         with timing.split(self, "observers"):
-            self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"))
+            self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"),
+                                        vocabulary=self.adapter.vocabulary,
+                                        events_reader=self.adapter.events_reader(self.env_direct))
             from .ready_snapshot import ReadySnapshot
 
             self.observer.on_ready = ReadySnapshot(self.env_direct, self.history)  # duplicate_effects' before-image
@@ -297,7 +302,7 @@ class ScenarioRun:
         if role not in (declared.get("roles") or []):
             return {}
         port = free_port()
-        self.metrics_urls[instance] = f"http://127.0.0.1:{port}{declared.get('path', '/metrics')}"
+        self.metrics_urls[instance] = f"http://127.0.0.1:{port}{self.adapter.metrics_path(role)}"
         return metrics.instance_env(declared.get("env") or {}, port)
 
     def _read_metrics(self) -> None:
@@ -307,7 +312,8 @@ class ScenarioRun:
         declared = self.scenario.checks
         if not names or (declared is not None and "expiry_metric" not in declared):
             return
-        urls = {self.adapter.http.get("role", "api"): f"{self.base_url}/metrics", **self.metrics_urls}
+        http_role = self.adapter.http.get("role", "api")
+        urls = {http_role: f"{self.base_url}{self.adapter.metrics_path(http_role)}", **self.metrics_urls}
         for instance, url in urls.items():
             alive = instance in self.supervisor.instances and self.supervisor.instances[instance].alive()
             self.history.append("metrics", instance=instance, role=instance.split("#")[0], url=url, alive=alive,
@@ -402,7 +408,8 @@ class ScenarioRun:
     def _workload_and_faults(self) -> None:
         w = self.scenario.raw["workload"]
         client = http_clients.client(base_url=self.base_url)
-        uploader = workload.Uploader(client, self.history, retries=8, retry_delay=0.5)
+        uploader = workload.Uploader(client, self.history, retries=8, retry_delay=0.5,
+                                     path=self.adapter.vocabulary.upload_path())
         self.workload_started = self.faults.workload_started = time.monotonic()
         nemesis = threading.Thread(target=self._nemesis, name="nemesis", daemon=True)
         nemesis.start()

@@ -104,6 +104,9 @@ class Supervisor:
         self.instances: dict[str, Instance] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
+        # Called with each process's environment as it starts (the adapter's ${VAR} references resolved from it,
+        # harness/vocabulary.py); None: the environment as given.
+        self.prepare_env = None
         # Isolation (harness/isolation.py): asked for by the caller, else the process's switch (the CLI's flags).
         # Asked for and impossible raises IsolationError: never run a stranger's code unisolated by accident.
         self.sandbox: isolation.Sandbox | None = None
@@ -152,6 +155,9 @@ class Supervisor:
             argv = instance.command
             if self.sandbox is not None:
                 env = self.sandbox.environment(env)
+            if self.prepare_env is not None:
+                env = self.prepare_env(env)
+            if self.sandbox is not None:
                 argv = self.sandbox.command(instance.command, env)
                 env = isolation.outer_env(env)  # LD_PRELOAD and FAKETIME* are set by the wrapper's last step
             instance.process = subprocess.Popen(

@@ -325,8 +325,10 @@ class Uploader:
     would — which also turns an unknown outcome into a known acceptance.
     """
 
-    def __init__(self, client, history, retries: int = 4, retry_delay: float = 0.5, timeout: float = 10.0):
+    def __init__(self, client, history, retries: int = 4, retry_delay: float = 0.5, timeout: float = 10.0,
+                 path: str = "/v1/attachments"):
         self.client = client
+        self.path = path  # the adapter's [paths] upload
         self.history = history
         self.retries = retries
         self.retry_delay = retry_delay
@@ -353,7 +355,7 @@ class Uploader:
             self.history.append("invoke", op=this_id, f=f, **invoked)
             try:
                 response = self.client.post(
-                    "/v1/attachments", files={"file": (op.filename, data, op.content_type)},
+                    self.path, files={"file": (op.filename, data, op.content_type)},
                     headers={"Idempotency-Key": op.idempotency_key}, timeout=self.timeout)
             except Exception as exc:  # connection refused/reset, timeout: we cannot know if it was accepted
                 self.history.append("info", op=this_id, f=f, error=type(exc).__name__, detail=str(exc)[:200])

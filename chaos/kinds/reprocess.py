@@ -85,7 +85,9 @@ def wait_for_versions(ctx, step, asked: list[str], version: int, params: dict) -
         while asked and time.monotonic() < deadline and not ctx.stopping.is_set():
             for attachment_id in asked:
                 try:
-                    states[attachment_id] = version_state(client.get(f"/v1/attachments/{attachment_id}").json(),
+                    words = ctx.adapter.vocabulary  # the service's own status path and state names
+                    states[attachment_id] = version_state(words.body(client.get(words.status_path(attachment_id))
+                                                                     .json()),
                                                           version)
                 except Exception:
                     states[attachment_id] = None

@@ -11,6 +11,7 @@ error_code). The states seen by polling during the run must also never go from
 
 from __future__ import annotations
 
+from ..vocabulary import CONTRACT_STATES
 from .base import (ALLOWED_TRANSITIONS, EXPIRY_TRANSITION, INVALID, UNKNOWN, VALID, Verdict, evidence, expiry_code,
                    has_capability, operator_replays, seed_of, transitions_of)
 
@@ -50,9 +51,15 @@ def check(history, final, run) -> Verdict:
                                          f"{final_body.get('error_code')!r}", **where))
             previous = t["to"]
         seen_ready = None
+        unknown_said = False
         for e in history.of_type("state"):
             if e.get("attachment_id") != attachment_id:
                 continue
+            if e.get("state") is not None and e.get("state") not in CONTRACT_STATES and not unknown_said:
+                unknown_said = True  # a service's own name the adapter does not map ([vocabulary] states)
+                problems.append(evidence(f"polled state {e.get('state')!r} is not a contract state "
+                                         f"({', '.join(CONTRACT_STATES)}) nor mapped by the adapter's [vocabulary] "
+                                         "states", attachment_id=attachment_id, events=[e]))
             if seen_ready and e.get("state") != "ready":
                 problems.append(evidence(f"polled state went ready → {e.get('state')}", attachment_id=attachment_id,
                                          events=[seen_ready, e]))
