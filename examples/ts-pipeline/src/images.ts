@@ -23,6 +23,17 @@ export class ImageRejected extends Error {
   }
 }
 
+// A GIF's logical screen (bytes 6-9) may be far larger than its frames, and the decoder sizes its canvas from it.
+function gifScreen(data: Buffer): { w: number; h: number } | null {
+  if (data.length < 10 || data.subarray(0, 3).toString("latin1") !== "GIF") return null;
+  return { w: data.readUInt16LE(6), h: data.readUInt16LE(8) };
+}
+
+function checkDims(w: number, h: number): void {
+  if (w > MAX_SIDE || h > MAX_SIDE) throw new ImageRejected("image_too_large", `a side exceeds ${MAX_SIDE} px`);
+  if (w * h > MAX_PIXELS) throw new ImageRejected("image_too_large", `more than ${MAX_PIXELS} pixels`);
+}
+
 // Header-only inspection at upload: refuses what the decoder would never be allowed to render.
 export async function inspect(data: Buffer): Promise<void> {
   let meta: sharp.Metadata;
@@ -34,8 +45,9 @@ export async function inspect(data: Buffer): Promise<void> {
   const w = meta.width || 0;
   const h = meta.pageHeight || meta.height || 0;
   if (!w || !h) throw new ImageRejected("undecodable", "the image has no dimensions");
-  if (w > MAX_SIDE || h > MAX_SIDE) throw new ImageRejected("image_too_large", `a side exceeds ${MAX_SIDE} px`);
-  if (w * h > MAX_PIXELS) throw new ImageRejected("image_too_large", `more than ${MAX_PIXELS} pixels`);
+  checkDims(w, h);
+  const screen = gifScreen(data);
+  if (screen) checkDims(screen.w, screen.h);
   if ((meta.pages || 1) > MAX_FRAMES) throw new ImageRejected("too_many_frames", `more than ${MAX_FRAMES} frames`);
 }
 
@@ -55,6 +67,10 @@ export class RenderFailed extends Error {
 }
 
 export async function render(name: string, data: Buffer, timeoutMs: number): Promise<Rendition> {
+  const screen = gifScreen(data);
+  if (screen && (screen.w > MAX_SIDE || screen.h > MAX_SIDE || screen.w * screen.h > MAX_PIXELS)) {
+    throw new RenderFailed("image_too_large", "the GIF's logical screen exceeds the pixel cap");
+  }
   const seconds = Math.max(1, Math.ceil(timeoutMs / 1000));
   let pipeline = sharp(data, { limitInputPixels: MAX_PIXELS, pages: 1, failOn: "none", sequentialRead: true })
     .rotate()
