@@ -187,7 +187,8 @@ class Adapter(SchemaDocument):
     @property
     def interpolated_keys(self) -> frozenset[str]:
         """The variables the adapter declares with a ``$`` in their value (``${VAR}`` references, ``$$``)."""
-        return frozenset(k for _, table in self.env_tables() for k, v in table.items() if isinstance(v, str) and "$" in v)
+        return frozenset(k for _, table in self.env_tables() for k, v in table.items()
+                         if isinstance(v, str) and "$" in v)
 
     def interpolate_env(self, env: dict) -> dict:
         """A process's environment with the adapter's ``${VAR}`` references resolved from that environment itself (a

@@ -63,6 +63,7 @@ def run_setup_command(adapter, env: dict, log_path: Path) -> tuple[int, float]:
     began = time.monotonic()
     argv = adapter.resolve_command(setup["command"])
     env = {**env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}}
+    env = adapter.interpolate_env(env)  # the adapter's ${VAR} references (harness/vocabulary.py)
     timeout = float(setup.get("timeout_seconds", 120))
     with open(log_path, "wb") as log:
         if isolation.enabled():  # the submission's own code: contained like its roles, nothing left running after

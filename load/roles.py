@@ -51,6 +51,8 @@ class Deployment:
         env.pop("VIRTUAL_ENV", None)
         self.env = env
         self.supervisor = Supervisor(self.run_dir / name)
+        self.supervisor.prepare_env = adapter.interpolate_env  # the adapter's ${VAR} references
+        self.words = adapter.vocabulary  # its upload and status paths, its state names
         for role_name, role in adapter.roles.items():
             command = adapter.resolve_command(role.command)
             for index in range(role.instances):
@@ -122,7 +124,7 @@ class Deployment:
             key = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{self.tenant.name}/{index}"))
             for _ in range(60):
                 try:
-                    response = client.post("/v1/attachments", files={"file": (name, body, content_type)},
+                    response = client.post(self.words.upload_path(), files={"file": (name, body, content_type)},
                                            headers={"Idempotency-Key": key})
                 except httpx.HTTPError:
                     time.sleep(0.5)
@@ -151,8 +153,9 @@ class Deployment:
             if client is None:
                 client = local.client = http_clients.client(base_url=self.base_url, timeout=10)
             try:
-                response = client.get(f"/v1/attachments/{attachment_id}")
-                return attachment_id, response.json().get("state") if response.status_code == 200 else None
+                response = client.get(self.words.status_path(attachment_id))
+                return attachment_id, (self.words.state(response.json().get("state")) if response.status_code == 200
+                                       else None)
             except httpx.HTTPError:
                 return attachment_id, None
 
