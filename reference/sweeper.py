@@ -62,6 +62,10 @@ class Sweeper:
         self._last_prune = float("-inf")
         self._blind = False  # the last lease recovery could not reach the database (see _expire_leases)
         self._grace_until = float("-inf")
+        # Its first contact with the database (loop time), and until when the leases that had lapsed by then are
+        # spared: a sweeper that starts just after an outage never saw it (issue 23 defect 8).
+        self._started_contact: float | None = None
+        self._start_grace_until = float("-inf")
         # The database's last answer (loop time), and how long without one counts as an outage of our own: longer
         # than a sweep interval plus a worker's renew period means a worker may have missed a renewal for it too.
         self._last_contact: float | None = None
@@ -127,7 +131,11 @@ class Sweeper:
         An outage is what the sweeper itself saw: a failed database call, or no database answer for longer than
         a sweep interval plus a renew period — a pool that waits the cut out raises nothing, and the first
         statement after it would otherwise recover every lease the cut let lapse. The probe comes first, so a
-        wait for a connection is seen before anything is recovered."""
+        wait for a connection is seen before anything is recovered.
+
+        A freshly started sweeper (a deploy, a restart after a crash) never saw an outage that ended just before it
+        started: at its first contact it spares, for the same grace, every lease that had already lapsed by then
+        (those may be the outage's) — and recovers the leases that lapse after its start as usual, at once."""
         loop = asyncio.get_running_loop()
         try:
             async with self.db.connection() as conn:
@@ -135,6 +143,12 @@ class Sweeper:
             now = loop.time()
             silent = None if self._last_contact is None else now - self._last_contact
             self._last_contact = now
+            if self._started_contact is None:
+                self._started_contact = now
+                self._start_grace_until = now + LEASE_OUTAGE_GRACE * self.settings.lease_seconds
+                log.info("first contact with the database: leases lapsed before it are spared for %.1fs (their "
+                         "workers may have been cut off by an outage this sweeper did not see)",
+                         self._start_grace_until - now)
             if self._blind or (silent is not None and silent > self._out_of_touch_after):
                 self._blind = False
                 self._grace_until = now + LEASE_OUTAGE_GRACE * self.settings.lease_seconds
@@ -143,10 +157,11 @@ class Sweeper:
                          self._grace_until - now)
             if now < self._grace_until:
                 return 0
+            spare = now - self._started_contact if now < self._start_grace_until else None
             return await self._repeat(queries().expire_leases, {
                 "batch": BATCH, "max_attempts": self.settings.max_attempts,
                 "retry_base_seconds": self.settings.retry_base_seconds,
-                "retry_cap_seconds": self.settings.retry_cap_seconds})
+                "retry_cap_seconds": self.settings.retry_cap_seconds, "spare_lapsed_seconds_ago": spare})
         except Exception:
             self._blind = True
             raise

@@ -50,6 +50,7 @@ RELEASE_TIMEOUT_SECONDS = 1.0
 # (a 3 MP photo JPEG renders all three variants at ~14 MP/s, a 16 MP PNG at ~27 MP/s on one core).
 CHEAP_DECODE_PIXELS_PER_SECOND = 5_000_000
 COMMIT_REFUSALS = 3  # a fenced commit refused this often while the job still looks ours: give it up (nack)
+CLAIM_RACES = 3  # claims tried again when the job is found queued at the delivery's own attempt (a release raced)
 TRANSIENT_ERRORS = (StorageUnavailable, FailpointError, concurrent.futures.process.BrokenProcessPool,
                     asyncio.TimeoutError, ConnectionError, *DB_ERRORS)
 
@@ -528,9 +529,12 @@ class Worker:
             claim, claimed_at, _ = await self._db_timed(queries().adopt_claim, params)
             if claim is not None:
                 log.info("job %s: our claim committed but its reply was lost; adopted", job.job_id)
-        if claim is None:
-            await self._not_claimed(message, job)
-            return
+        races = 0
+        while claim is None:
+            if not await self._not_claimed(message, job, may_claim_again=races < CLAIM_RACES):
+                return
+            races += 1
+            claim, claimed_at, _ = await self._db_timed(queries().claim_job, params)
         token = claim["fencing_token"]
         log.info("claimed job %s attempt %d token %d", job.job_id, claim["attempt"], token)
         if claim["expired"]:
@@ -615,12 +619,19 @@ class Worker:
         if token > 1:  # earlier claims may have left objects under their own tokens: ready is final, remove them
             await self._remove_variant_objects(claim, keep={r["object_key"] for r in results})
 
-    async def _not_claimed(self, message, job: JobMessage) -> None:
+    async def _not_claimed(self, message, job: JobMessage, may_claim_again: bool = False) -> bool:
+        """Settle a delivery whose claim found nothing to take; True (nothing settled) when the job is ``queued`` at
+        this very delivery's attempt: it was released (a drain) between the claim and this read, so this delivery
+        is a message of the job's current attempt and must claim it, never be acked as stale (issue 23 defect 2)."""
         snapshot = await self._db(queries().job_snapshot, {"job_id": job.job_id})
         if snapshot is None:
             await self._dead_letter(message, "unknown_job: no such job in the database")
-            return
+            return False
         state = snapshot["state"]
+        if state == "queued" and snapshot["attempt"] == job.attempt and may_claim_again:
+            log.info("job %s attempt %d: queued again at this attempt since the claim (released); claiming again",
+                     job.job_id, job.attempt)
+            return True
         if state == "ready":
             outcome = "noop_ready"  # the completed effect is recorded: nothing to rewrite
         elif state == "failed":
@@ -633,12 +644,13 @@ class Worker:
         log.info("job %s attempt %d: %s (state %s, attempt %d): ack", job.job_id, job.attempt, outcome, state,
                  snapshot["attempt"])
         await _settle(message, "ack")
+        return False
 
     async def _produce_effects(self, claim, lease: Lease, timings: dict[str, float],
                                expires_at: float | None = None) -> list[dict]:
         await lease.wait_live(self.stop)
         mark = time.monotonic()
-        original = await asyncio.to_thread(self.store.get_bytes, claim["original_key"])
+        original = await self._store_call(claim, lease, expires_at, self.store.get_bytes, claim["original_key"])
         if sha256_hex(original) != claim["original_sha256"].strip():
             raise imaging.ImageRejected("original_checksum_mismatch", "staging object differs from its record")
         timings["fetch"], mark = time.monotonic() - mark, time.monotonic()
@@ -654,11 +666,39 @@ class Worker:
             key = variant_key(claim["attachment_id"], claim["pipeline_version"], variant.name, variant.extension,
                               claim["fencing_token"])
             digest = sha256_hex(variant.data)
-            await asyncio.to_thread(self.store.put_bytes, key, variant.data, variant.content_type, digest)
+            await self._store_call(claim, lease, expires_at, self.store.put_bytes, key, variant.data,
+                                   variant.content_type, digest)
             results.append({"variant": variant.name, "object_key": key, "sha256": digest, "size": len(variant.data),
                             "content_type": variant.content_type, "width": variant.width, "height": variant.height})
         timings["store"] = time.monotonic() - mark
         return results
+
+    async def _store_call(self, claim, lease: Lease, expires_at: float | None, call, *args):
+        """One object-store call of the job's work, waiting out an outage of the store as ``_db`` waits out one of
+        the database: the store's condition, not the job's, so no attempt is spent (issue 23 defect 8: with 20
+        attempts and their backoff an outage of about an hour failed every job it touched as attempts_exhausted).
+        The claim is held meanwhile (the lease renews while the database answers); the wait is bounded by the
+        job's deadline (JobExpired), by a lost lease (LeaseLost) and by a stop (Stopping: the job is released)."""
+        delays = reconnect_delays(0.2, 5.0)
+        waited_since = None
+        while True:
+            await lease.wait_live(self.stop)
+            try:
+                result = await asyncio.to_thread(call, *args)
+                if waited_since is not None:
+                    log.info("job %s: object store back after %.1fs; no attempt spent", claim["job_id"],
+                             time.monotonic() - waited_since)
+                return result
+            except StorageUnavailable as exc:
+                if waited_since is None:
+                    waited_since = time.monotonic()
+                    metrics.JOBS.labels("storage_waited").inc()
+                wait = next(delays)
+                log.warning("job %s: object store unavailable (%s); waiting %.2fs, no attempt spent",
+                            claim["job_id"], redact(exc), wait)
+                await self._ensure_not_expired(claim, expires_at)
+                if await sleep_or_stop(self.stop, wait):
+                    raise Stopping() from None
 
     async def _ensure_not_expired(self, claim, expires_at: float | None) -> None:
         """Raise JobExpired when the job's deadline has passed. The local estimate (monotonic, never later than
@@ -784,7 +824,8 @@ class Worker:
                         type(exc).__name__)
 
     async def _release(self, claim, reason: str) -> None:
-        """processing -> queued, same attempt (the delivery goes back unacked): bounded, best effort."""
+        """processing -> queued, same attempt, with an outbox row of its own (the delivery that goes back unacked
+        may already have been taken and acked elsewhere: issue 23 defect 2): bounded, best effort."""
         try:
             await asyncio.wait_for(asyncio.shield(self._db_once(queries().release_job, {
                 "job_id": claim["job_id"], "fencing_token": claim["fencing_token"], "reason": reason,

@@ -119,7 +119,12 @@ RETURNING j.job_id, j.attachment_id, j.attempt, j.attempt_base, j.fencing_token,
 -- name: release_job
 -- Worker: processing -> queued without spending an attempt, when the work
 -- stopped for a reason that is not the job's (the worker is shutting down).
--- Same attempt: the delivery, returned to the queue unacked, claims it again.
+-- Same attempt, and a message of its own through the outbox in the same
+-- transaction (issue 23 defect 2): the delivery being returned unacked may
+-- already be gone — after a broker connection or node loss the broker handed
+-- it to another worker, which acked it as busy while this one held the job.
+-- Where it does come back, the second copy finds the job processing (busy)
+-- or ready (a no-op).
 WITH moved AS (
     UPDATE jobs
        SET state = 'queued', next_attempt_at = now(), last_error = %(reason)s,
@@ -129,6 +134,9 @@ WITH moved AS (
 ), event AS (
     INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor)
     SELECT attachment_id, job_id, 'processing', 'queued', attempt, %(reason)s, %(actor)s FROM moved
+), message AS (
+    INSERT INTO outbox (job_id, attempt)
+    SELECT job_id, attempt FROM moved
 )
 SELECT job_id, attempt FROM moved;
 
@@ -227,10 +235,14 @@ SELECT job_id, attempt FROM moved;
 -- the attempt budget is spent. The new attempt waits out a full-jitter
 -- backoff like any retry (uniform(0, min(cap, base * 2^n)), n = failures
 -- before this one in the round), so a job that kills its worker does not
--- come straight back.
+-- come straight back. spare_lapsed_seconds_ago (or NULL): leases that lapsed longer ago than this are left
+-- alone — a freshly started sweeper's grace for the leases that lapsed before its first contact (an outage it
+-- did not see may have cut their workers off; they revive them with renew_lease).
 WITH expired AS (
     SELECT job_id FROM jobs
      WHERE state = 'processing' AND lease_expires_at <= now()
+       AND (%(spare_lapsed_seconds_ago)s::float8 IS NULL
+            OR lease_expires_at > now() - make_interval(secs => %(spare_lapsed_seconds_ago)s::float8))
      ORDER BY lease_expires_at
      LIMIT %(batch)s
      FOR UPDATE SKIP LOCKED

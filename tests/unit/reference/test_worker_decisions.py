@@ -379,14 +379,14 @@ def test_failure_not_recorded_because_the_fence_moved_is_nacked(harness):
 
 
 @pytest.mark.parametrize("where, error", [
-    ("get", StorageUnavailable("s3 503")),
     ("get", ConnectionError("reset")),
     ("render", concurrent.futures.process.BrokenProcessPool("a pool process died")),
-    ("put", StorageUnavailable("s3 SlowDown")),
-], ids=["s3-get-unavailable", "connection-error", "broken-pool", "s3-put-unavailable"])
+    ("put", TimeoutError("the write timed out")),
+], ids=["connection-error", "broken-pool", "put-timeout"])
 def test_transient_error_requeues_through_the_database_with_backoff(harness, where, error):
     """A transient error is a new attempt recorded in the DB (its outbox row delays the message); the delivery
-    itself is acked, never nacked into a hot broker redelivery loop."""
+    itself is acked, never nacked into a hot broker redelivery loop. (An unavailable object store is not one of
+    these: it is waited out, see test_an_object_store_outage_is_waited_out_without_spending_an_attempt.)"""
     harness.db.answers["claim_job"] = claim_row(attempt=3)
     harness.worker.backoff = RecordingBackoff(12.5)
     if where == "get":
@@ -410,7 +410,7 @@ def test_retry_backoff_counts_only_the_attempts_of_the_current_round(harness):
     """After an operator replay (attempt_base 10) attempt 12 is the second of the round: backoff(1)."""
     harness.db.answers["claim_job"] = claim_row(attempt=12, attempt_base=10)
     harness.worker.backoff = RecordingBackoff(3.0)
-    harness.store.get_error = StorageUnavailable("s3 503")
+    harness.store.get_error = ConnectionError("reset")
 
     harness.handle()
 
@@ -421,7 +421,7 @@ def test_retry_backoff_counts_only_the_attempts_of_the_current_round(harness):
 def test_real_backoff_delay_stays_under_its_full_jitter_ceiling(harness):
     """With the configured policy (base 1 s) the first retry waits between 0 and 1 s."""
     harness.db.answers["claim_job"] = claim_row(attempt=1)
-    harness.store.get_error = StorageUnavailable("s3 503")
+    harness.store.get_error = ConnectionError("reset")
 
     harness.handle()
 
@@ -431,7 +431,7 @@ def test_real_backoff_delay_stays_under_its_full_jitter_ceiling(harness):
 def test_transient_error_on_the_last_attempt_fails_as_attempts_exhausted(harness):
     """Attempt 20 of 20: no further retry is scheduled; the job fails for good."""
     harness.db.answers["claim_job"] = claim_row(attempt=20)
-    harness.store.get_error = StorageUnavailable("s3 503")
+    harness.store.get_error = ConnectionError("reset")
 
     harness.handle()
 
@@ -444,7 +444,7 @@ def test_retry_not_recorded_because_the_lease_was_lost_is_nacked(harness):
     """retry_job found no row: someone else owns the job now; acking would hide that."""
     harness.db.answers["claim_job"] = claim_row()
     harness.db.answers["retry_job"] = None
-    harness.store.get_error = StorageUnavailable("s3 503")
+    harness.store.get_error = ConnectionError("reset")
 
     harness.handle()
 
@@ -733,3 +733,132 @@ def test_stopping_after_the_claim_releases_the_job_without_spending_an_attempt(h
     assert harness.ran("release_job") and harness.settlements() == ["nack"]
     assert harness.db.params("release_job")["fencing_token"] == TOKEN
     assert not (harness.ran("retry_job") or harness.ran("fail_job"))
+
+
+# ------------------------------------------------------------------ issue 23 defects 2 and 8
+
+
+class FlakyStore(FakeStore):
+    """The object store down for the first ``down`` calls (StorageUnavailable), then up."""
+
+    def __init__(self, journal: list[str], down: int):
+        super().__init__(journal)
+        self.down = down
+
+    def _outage(self) -> None:
+        if self.down > 0:
+            self.down -= 1
+            raise StorageUnavailable("s3 unreachable: EndpointConnectionError")
+
+    def get_bytes(self, key: str) -> bytes:
+        self.journal.append("get")
+        self._outage()
+        return ORIGINAL
+
+    def put_bytes(self, key: str, data: bytes, content_type: str, sha256: str | None = None) -> None:
+        self.journal.append(f"put:{key}")
+        self._outage()
+        self.objects[key] = data
+
+
+def _quick_waits(monkeypatch) -> None:
+    import itertools
+
+    monkeypatch.setattr(worker_module, "reconnect_delays", lambda *args: itertools.repeat(0.01))
+
+
+@pytest.mark.parametrize("where", ["get", "put"])
+def test_an_object_store_outage_is_waited_out_without_spending_an_attempt(harness, monkeypatch, where):
+    """Issue 23 defect 8: the store's outage is not the job's error — no retry_job (a new attempt), no
+    attempts_exhausted at the end of the budget: the claim is held and the call tried again until the store is
+    back, then the job commits on its own attempt."""
+    _quick_waits(monkeypatch)
+    harness.db.answers["claim_job"] = claim_row(attempt=20)  # the last attempt of the budget
+    store = FlakyStore(harness.journal, down=0)
+    harness.worker.store = store
+    if where == "get":
+        store.down = 25
+    else:
+        original_get = store.get_bytes
+
+        def get_then_down(key):
+            data = original_get(key)
+            store.down = 25  # down from the first variant write on
+            return data
+
+        store.get_bytes = get_then_down
+
+    harness.handle()
+
+    assert harness.ran("commit_result") and harness.settlements() == ["ack"]
+    assert not (harness.ran("retry_job") or harness.ran("fail_job"))
+    assert sum(1 for entry in harness.journal if entry == "get" or entry.startswith("put:")) >= 25
+
+
+def test_an_object_store_outage_past_the_job_deadline_ends_it_expired(harness, monkeypatch):
+    """The wait for the store is bounded by the job's TTL: past its deadline (the database's clock confirms)
+    the job ends failed/expired, not attempts_exhausted and not waiting forever."""
+    _quick_waits(monkeypatch)
+    claim = claim_row()
+    claim["expires_in_seconds"] = 0.05
+    harness.db.answers["claim_job"] = claim
+    harness.db.answers["job_expired"] = {"expired": True}
+    harness.worker.store = FlakyStore(harness.journal, down=10 ** 6)
+
+    harness.handle()
+
+    assert harness.db.params("fail_job")["error_code"] == "expired"
+    assert not harness.ran("retry_job") and not harness.ran("commit_result")
+    assert harness.settlements() == ["ack"]
+
+
+def test_stopping_while_the_store_is_down_releases_the_job(harness, monkeypatch):
+    """A stop during the wait for the store gives the job back on the same attempt (release_job) and the
+    delivery back unacked."""
+    _quick_waits(monkeypatch)
+    harness.db.answers["claim_job"] = claim_row()
+    harness.db.answers["release_job"] = {"job_id": JOB_ID, "attempt": 1}
+    store = FlakyStore(harness.journal, down=10 ** 6)
+    harness.worker.store = store
+    calls = []
+
+    def get_and_stop(key):
+        calls.append(key)
+        if len(calls) == 3:
+            harness.worker.stop.set()
+        return FlakyStore.get_bytes(store, key)
+
+    store.get_bytes = get_and_stop
+
+    harness.handle()
+
+    assert harness.ran("release_job") and harness.settlements() == ["nack"]
+    assert not (harness.ran("retry_job") or harness.ran("fail_job"))
+
+
+def test_a_delivery_of_the_jobs_own_attempt_found_queued_claims_again_not_acked_as_stale(harness):
+    """Issue 23 defect 2 (the race): the claim found the job processing elsewhere, whose owner released it (a
+    drain) before the snapshot read it: queued at this very delivery's attempt. That delivery is the job's
+    message — it claims again; acking it as stale left the job without one."""
+    claims = iter([None, claim_row()])
+    harness.db.answers["claim_job"] = lambda params: next(claims)
+    harness.db.answers["job_snapshot"] = snapshot_row("queued", attempt=1)
+    before = jobs_counted("stale")
+
+    harness.handle()
+
+    assert harness.journal[:3] == ["db:claim_job", "db:job_snapshot", "db:claim_job"]
+    assert harness.ran("commit_result") and harness.settlements() == ["ack"]
+    assert jobs_counted("stale") == before
+
+
+def test_a_claim_that_keeps_finding_its_own_attempt_queued_gives_up_as_stale(harness):
+    """Bounded: a claim refused again and again while the job reads queued at the same attempt (it cannot be
+    claimed by this worker for a reason the snapshot does not show) is acked as stale after CLAIM_RACES tries."""
+    harness.db.answers["claim_job"] = None
+    harness.db.answers["job_snapshot"] = snapshot_row("queued", attempt=1)
+
+    harness.handle()
+
+    assert harness.journal.count("db:claim_job") == worker_module.CLAIM_RACES + 1
+    assert harness.settlements() == ["ack"]
