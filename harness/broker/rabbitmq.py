@@ -380,6 +380,9 @@ class Tap(Poller):
             if message.get("exchange") == TRACE_EXCHANGE and str(message.get("routing_key")).startswith("deliver."):
                 self._delivery(message)
                 continue
+            if not message.get("exchange") and message.get("routing_key") == self.tap_queue:
+                self._forged(message)
+                continue
             seen = self._unwrap(message)
             if seen is None:
                 continue
@@ -393,6 +396,17 @@ class Tap(Poller):
                 self.messages.append({"body": body, "raw": raw, "properties": properties,
                                       "exchange": seen["exchange"], "routing_key": seen["routing_key"]})
         return kept
+
+    def _forged(self, message: dict) -> None:
+        """A message published straight into the tap queue (the default exchange, by its name): the harness binds
+        only copies of the work queue's bindings and the firehose to it, so someone else wrote into what the
+        harness observes — a ``tamper`` line (tamper_evidence), and the message is not taken for the system's."""
+        body = payload_bytes(message)
+        self.history.append("tamper", found="changed", fault="tap", kind="broker", link=self.tap_queue,
+                            what="a message published straight into the harness's tap queue",
+                            expected="only copies of the work queue's bindings and firehose records",
+                            observed=f"default exchange, routing key {self.tap_queue!r}, {len(body)} bytes, "
+                                     f"sha256 {hashlib.sha256(body).hexdigest()[:16]}")
 
     def _unwrap(self, message: dict) -> dict | None:
         """Where the message was published and with which properties; None for a firehose record of a publish

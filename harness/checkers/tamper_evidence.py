@@ -39,7 +39,7 @@ def check(history, final, run) -> Verdict:
                  for e in changed]
         faults = sorted({str(e.get("fault")) for e in changed})
         return Verdict(NAME, TAMPERED, REQUIREMENTS,
-                       f"the harness's faults were changed by someone else while in force: {len(changed)} changes "
+                       f"what the harness set (its faults, its tap) was changed by someone else: {len(changed)} changes "
                        f"to fault{'s' if len(faults) > 1 else ''} {', '.join(faults)} of {scenario} (first at "
                        f"t={changed[0].get('t')}s: {changed[0].get('what')} on {changed[0].get('link')})",
                        evidence=found, seed=seed_of(run))

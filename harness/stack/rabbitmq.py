@@ -22,6 +22,8 @@ from .tools import epmd, rabbitmq_bindir
 
 USER = "harness"
 PASSWORD = "harness"
+# What a tenant's broker user may configure, write and read in its vhost: everything but the harness's names.
+TENANT_RESOURCES = r"^(?!harness\.).*"
 
 CONFIG = """\
 listeners.tcp.1 = {ip}:{amqp_port}
@@ -159,12 +161,15 @@ class RabbitMQ:
                        json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
 
     def create_user(self, user: str, password: str, vhost: str) -> None:
-        """A broker user of a tenant's own (no tags: no management API, no policies), allowed only in ``vhost``."""
+        """A broker user of a tenant's own (no tags: no management API, no policies), allowed only in ``vhost``,
+        and there on every resource but the harness's own (``harness.``: the tap's queue), which it can neither
+        delete, bind, read nor consume from."""
         quoted_user, quoted_vhost = urllib.parse.quote(user, safe=""), urllib.parse.quote(vhost, safe="")
         with http_clients.client(base_url=self.management_url, auth=(USER, PASSWORD), timeout=10) as client:
             client.put(f"/api/users/{quoted_user}", json={"password": password, "tags": ""}).raise_for_status()
             client.put(f"/api/permissions/{quoted_vhost}/{quoted_user}",
-                       json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
+                       json={"configure": TENANT_RESOURCES, "write": TENANT_RESOURCES,
+                             "read": TENANT_RESOURCES}).raise_for_status()
 
     def cluster_nodes(self) -> list[str]:
         """The running nodes of the cluster this node sees (management API)."""

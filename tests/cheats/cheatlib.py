@@ -160,6 +160,30 @@ def other_tenants() -> None:
     say("other_tenants", bool(reached), f"reached {reached[:4]}; refused {refused[:4]}")
 
 
+def forge_tap() -> None:
+    """Publish a made-up job message straight into the harness's tap queue (the default exchange routes by queue
+    name): what the harness believes reached the work queue is then partly the submission's say."""
+    import asyncio
+    import uuid
+
+    import aio_pika
+
+    async def publish() -> None:
+        connection = await aio_pika.connect(os.environ["AMQP_URL"], timeout=5)
+        async with connection:
+            channel = await connection.channel(publisher_confirms=True)
+            body = json.dumps({"job_id": str(uuid.uuid4()), "attachment_id": str(uuid.uuid4()), "attempt": 1,
+                               "pipeline_version": 1}).encode()
+            await channel.default_exchange.publish(aio_pika.Message(body, message_id=str(uuid.uuid4())),
+                                                   routing_key="harness.tap")
+
+    try:
+        asyncio.run(publish())
+        say("forge_tap", True, "published a made-up job message into harness.tap (confirmed)")
+    except Exception as exc:
+        say("forge_tap", False, f"{type(exc).__name__}: {str(exc)[:160]}")
+
+
 def signal_harness() -> None:
     """Stop the harness (the parent process) for a moment, then let it go on: it could as well be killed."""
     parent = os.getppid()
@@ -299,8 +323,8 @@ def write_reports() -> None:
 
 
 # In the order all_at_once runs them: the ones that break the run (kill_others kills Toxiproxy when it can) last.
-CHEATS = {f.__name__: f for f in (toxiproxy_api, open_ports, direct_database, other_tenants, signal_harness,
-                                   write_reports, fill_disk, daemonize, kill_others, fork_bomb)}
+CHEATS = {f.__name__: f for f in (toxiproxy_api, open_ports, direct_database, other_tenants, forge_tap,
+                                   signal_harness, write_reports, fill_disk, daemonize, kill_others, fork_bomb)}
 
 
 def launch(names: list[str], delay: float = 0.0) -> None:

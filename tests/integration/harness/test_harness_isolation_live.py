@@ -202,8 +202,12 @@ def test_every_cheat_is_contained(stack, tmp_path, monkeypatch):
     assert daemon in record["end"]["killed_at_end"] and record["end"]["refused_packets"] >= 3
     assert not (run_dir / "CHEAT_WAS_HERE").exists()
     History.load(run_dir / "history.jsonl")  # still the harness's own, every line parses
-    # Contained, the cheats touched nothing the grade reads: the verdict is the reference's own (printed).
-    print(f"verdict with every cheat contained: {results['verdict']}")
+    # One cheat is not contained but caught: a made-up message published straight into the harness's tap queue
+    # (the broker lets the default exchange route to it by name) makes the run tampered.
+    assert said.get("forge_tap", "").startswith("achieved"), said.get("forge_tap")
+    assert results["verdict"] == "tampered", results["verdict"]
+    tampered = [e for e in History.load(run_dir / "history.jsonl") if e.get("type") == "tamper"]
+    assert any(e.get("link") == "harness.tap" for e in tampered), tampered
 
 
 def test_a_setup_command_runs_contained_and_leaves_nothing(tmp_path):

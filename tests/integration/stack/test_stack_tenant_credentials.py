@@ -15,6 +15,8 @@ import boto3
 import psycopg
 import pytest
 
+from harness.broker.rabbitmq import Management
+
 pytestmark = pytest.mark.integration
 
 
@@ -44,6 +46,24 @@ async def _opens(url: str) -> bool:
     return True
 
 
+async def _touches_the_tap(url: str) -> dict:
+    found = {}
+    connection = await aio_pika.connect(url, timeout=5)
+    async with connection:
+        for what, action in (("read", lambda ch: ch.get_queue("harness.tap", ensure=False)),
+                             ("delete", lambda ch: ch.queue_delete("harness.tap")),
+                             ("own queue", lambda ch: ch.declare_queue("jobs", durable=True))):
+            channel = await connection.channel()
+            try:
+                queue = await action(channel)
+                if what == "read":
+                    await queue.get(fail=False, timeout=5)
+                found[what] = "declared" if what == "own queue" else "allowed"
+            except Exception as exc:
+                found[what] = "refused" if "ACCESS_REFUSED" in repr(exc) or "403" in repr(exc) else repr(exc)
+    return found
+
+
 def test_a_tenants_credentials_reach_its_own_services_only(stack):
     a = stack.new_tenant(f"cred-a-{uuid.uuid4().hex[:6]}")
     b = stack.new_tenant(f"cred-b-{uuid.uuid4().hex[:6]}")
@@ -63,9 +83,12 @@ def test_a_tenants_credentials_reach_its_own_services_only(stack):
     with psycopg.connect(a.direct.database_url, connect_timeout=5) as conn:
         assert conn.execute("select count(*) from mine").fetchone() == (0,)
 
-    # RabbitMQ: its own vhost only.
+    # RabbitMQ: its own vhost only, and there not the harness's own queue (the tap).
     assert asyncio.run(_opens(env_a["AMQP_URL"]))
     assert not asyncio.run(_opens(env_a["AMQP_URL"].rsplit("/", 1)[0] + "/" + b.vhost))
+    Management(a.rabbitmq_management_url, a.direct.amqp_url).declare_queue("harness.tap")
+    assert asyncio.run(_touches_the_tap(env_a["AMQP_URL"])) == {"read": "refused", "delete": "refused",
+                                                                  "own queue": "declared"}
 
     # S3: its own bucket only, and no say over who may do what.
     s3_a = _s3(env_a)

@@ -298,3 +298,42 @@ def test_a_tampered_requirement_says_why_once():
     rows = checklist_rows([scenario], [])
     requirement = requirement_checklist([scenario], [], None, rows)["BE-JOB-003"]
     assert requirement["status"] == "tampered" and requirement["why"].count("proxy re-enabled") == 1
+
+
+# --- the tap: a message published straight into it --------------------------------------------------------------
+
+class _Management:
+    """What the tap reads of the broker: two messages in the tap queue."""
+
+    def __init__(self, messages):
+        self.messages = messages
+
+    def get(self, queue, count=100, requeue=False):
+        got, self.messages = self.messages, []
+        return got
+
+
+class _Lines:
+    def __init__(self):
+        self.events = []
+
+    def append(self, event_type, /, **fields):
+        self.events.append({"type": event_type, **fields})
+
+
+def test_a_message_published_straight_into_the_tap_queue_is_tampered_not_the_systems():
+    from harness.broker.rabbitmq import Tap
+
+    job = '{"job_id": "j-1", "attachment_id": "a-1", "attempt": 1}'
+    copied = {"exchange": "attachments", "routing_key": "jobs", "payload": job, "payload_encoding": "string",
+              "properties": {"message_id": "m-1"}}
+    forged = {"exchange": "", "routing_key": "harness.tap", "payload": job.replace("j-1", "j-2"),
+              "payload_encoding": "string", "properties": {}}
+    lines = _Lines()
+    tap = Tap(_Management([copied, forged]), lines, "jobs", None)
+    assert tap.drain_once() == 1
+    assert [m["body"]["job_id"] for m in tap.messages] == ["j-1"]  # the forged one is not the system's
+    [tamper] = [e for e in lines.events if e["type"] == "tamper"]
+    assert tamper["found"] == "changed" and tamper["link"] == "harness.tap" and "sha256" in tamper["observed"]
+    verdict = tamper_evidence.check(History.from_events(lines.events), {}, {**RUN, "schedule": []})
+    assert verdict.status == TAMPERED and "tap" in verdict.summary, verdict.summary
