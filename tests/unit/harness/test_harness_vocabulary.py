@@ -452,3 +452,21 @@ def test_a_unit_on_a_count_is_a_warning(tmp_path):
     assert report.ok, render(report)
     assert any(w.field == "timings_env.max_attempts.unit" for w in report.warnings)
     assert adapter_mod.load(path).timing_overrides({"max_attempts": 6})[1] == {"TS_MAX_ATTEMPTS": "6"}
+
+
+def test_the_port_guides_adapter_uses_every_mapping_and_passes_the_check(tmp_path):
+    guide = (REPO / "docs" / "guides" / "port-an-existing-service.md").read_text()
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", guide, re.S) if "adapter_version" in b)
+    path = tmp_path / "adapter.toml"
+    path.write_text(block)
+    report = check(path)
+    assert [str(p) for p in report.problems if not p.reason.startswith("program not found")] == []
+    sut = adapter_mod.load(path)
+    assert sut.vocabulary.states == WORDS and sut.vocabulary.upload_path() != vocab.DEFAULT_PATHS["upload"]
+    assert sut.events_sql and sut.has("events") and sut.metrics_path("api") == "/prom"
+    assert sut.timing_unit("job_ttl_seconds") == "ms" and isinstance(sut.timings["lease_seconds"], int)
+    assert {"TS_DB_URL", "AWS_ACCESS_KEY_ID", "TS_FAULTS", "TS_PORT"} <= sut.interpolated_keys
+    # What the guide quotes adapter check saying is what it says.
+    text = render(check(path))
+    for line in re.findall(r"^(states: .*|paths: .*|events: .*|metrics: .*)$", guide, re.M):
+        assert line in text, line
