@@ -103,6 +103,9 @@ CASES = [
     # Level 5: variant keys without the pipeline version: version 2's claim writes over the objects of the ready
     # version 1 (the same fencing token, the same key) — a published version's effect overwritten (BE-JOB-002.4).
     ("version_less_keys", "pipeline-rollout", {"version_isolation"}),
+    # On SIGTERM the worker acks its in-flight deliveries unfinished and releases nothing: each job waits out its
+    # lease and comes back by the sweeper's recovery as a new attempt (a rolling deploy spends attempts).
+    ("ack_in_flight_on_sigterm", "rolling-deploy", {"graceful_stop"}),
 ]
 # A variant the harness cannot judge and must say so: fault_coverage judges the harness (did every scheduled fault
 # happen?), so it is never invalid, but a window that was never entered leaves the scenario unknown, never valid.
