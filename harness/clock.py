@@ -11,7 +11,11 @@ libfaketime the harness preloads its own fix (``harness/faketime_fix.c``, built 
 first use with the C compiler): libfaketime 0.9.10 turns a monotonic absolute sleep into ``EINVAL`` even with
 monotonic clocks real, which breaks Python 3.11+'s ``time.sleep`` in a skewed role; the fix sends monotonic sleeps
 to the kernel untouched. Without the fix the offset is not applied (``unavailable``): a skew that breaks a correct
-program would be the harness's fault, not the program's. The offset is only as good as its reach, so after start
+program would be the harness's fault, not the program's. A role whose program libfaketime cannot reach — a Go
+binary (its runtime reads the clock through the vDSO, never libc) or a static one — starts instead under
+``clockshift`` (``harness/clockshift.c``, built the same way): ptrace and seccomp hand its wall-clock system calls
+to a tracer that answers them moved, after hiding the vDSO from the program at its exec, so every runtime sees the
+offset. The offset is only as good as its reach, so after start
 each skewed role is verified and the result recorded (``observe`` line, ``source = "clock_skew"``):
 
 * ``verified``  — the role answers HTTP (the API's health path, or its /metrics when the adapter lists the role
@@ -20,9 +24,11 @@ each skewed role is verified and the result recorded (``observe`` line, ``source
 * ``preloaded`` — libfaketime is mapped into a process of the role's group and the program is not a Go binary;
   libc time calls are faked, but no clock of the role was seen (not a proof: ``clock_agreement`` then looks for
   event times the role stamped, see there);
+* ``traced``    — the role's program runs under ``clockshift`` (a Go or static binary: see below) and no clock of
+  the role was seen;
 * ``ineffective`` — the HTTP ``Date`` shows no offset;
 * ``cannot_apply`` — a Go program (it reads the clock through the vDSO, never through libc) or a static binary
-  where the library is not mapped;
+  where the library is not mapped and clockshift was not used (a wrapper script hid the program);
 * ``unavailable`` — libfaketime is not installed (Debian: ``apt-get install faketime``);
 * ``not_running`` — the role was not running when verified (e.g. held).
 
@@ -53,7 +59,7 @@ LIBRARY_CANDIDATES = (
     "/usr/lib/faketime/libfaketime.so.1",
     "/usr/local/lib/faketime/libfaketime.so.1",
 )
-IN_EFFECT = frozenset({"verified", "preloaded"})
+IN_EFFECT = frozenset({"verified", "preloaded", "traced"})
 DATE_TOLERANCE_SECONDS = 1.5
 
 
@@ -115,35 +121,85 @@ FIX_SOURCE = Path(__file__).with_name("faketime_fix.c")
 
 def fix_library(build: bool = True) -> str | None:
     """The harness's fix preloaded before libfaketime (``harness/faketime_fix.c``: monotonic sleeps go to the kernel
-    untouched): HARNESS_FAKETIME_FIX, else ``.tools/lib/`` of the checkout (a temporary folder when that is not
-    writable), built there with ``cc`` when missing or older than its source (named after the source's hash)."""
-    given = os.environ.get("HARNESS_FAKETIME_FIX")
+    untouched): HARNESS_FAKETIME_FIX, else built into ``.tools/lib/`` (see ``_built``)."""
+    return _built(FIX_SOURCE, "faketime_fix.so", ["-shared", "-fPIC", "-O2"], "HARNESS_FAKETIME_FIX", build,
+                  ("-ldl",))
+
+
+CLOCKSHIFT_SOURCE = Path(__file__).with_name("clockshift.c")
+
+
+def _built(source: Path, name: str, flags: list[str], env_var: str, build: bool, libs: tuple = ()) -> str | None:
+    """A program or library the harness builds from its own C source: ``env_var`` if set, else ``.tools/lib/`` of
+    the checkout (a temporary folder when that is not writable), built there with ``cc`` when missing (named after
+    the source's hash, so an edited source is built again)."""
+    given = os.environ.get(env_var)
     if given:
         return given if Path(given).is_file() else None
-    if not FIX_SOURCE.is_file():
+    if not source.is_file():
         return None
-    digest = hashlib.sha256(FIX_SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
     folders = [Path(__file__).resolve().parents[1] / ".tools" / "lib", Path(tempfile.gettempdir()) / "harness-lib"]
+    suffix = Path(name).suffix
+    target = f"{Path(name).stem}-{digest}{suffix}"
     for folder in folders:
-        built = folder / f"faketime_fix-{digest}.so"
-        if built.is_file():
-            return str(built)
+        if (folder / target).is_file():
+            return str(folder / target)
     compiler = shutil.which("cc") or shutil.which("gcc")
     if not build or compiler is None:
         return None
     for folder in folders:
-        built = folder / f"faketime_fix-{digest}.so"
+        built = folder / target
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            partial = folder / f".faketime_fix-{digest}.{os.getpid()}.so"
-            subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(partial), str(FIX_SOURCE), "-ldl"],
-                           check=True, capture_output=True, timeout=120)
+            partial = folder / f".{Path(name).stem}-{digest}.{os.getpid()}{suffix}"
+            subprocess.run([compiler, *flags, "-o", str(partial), str(source), *libs], check=True, capture_output=True,
+                           timeout=120)
             partial.chmod(0o755)
             os.replace(partial, built)  # atomic: runs building it at once each see a whole file
             return str(built)
         except (OSError, subprocess.SubprocessError):
             continue
     return None
+
+
+def clockshift(build: bool = True) -> str | None:
+    """``harness/clockshift.c`` built: ``clockshift OFFSET -- PROGRAM ARGS`` runs a program whose clock libfaketime
+    cannot reach (Go, static binaries) with its wall clock moved, through ptrace and seccomp (HARNESS_CLOCKSHIFT to
+    give one)."""
+    return _built(CLOCKSHIFT_SOURCE, "clockshift", ["-O2"], "HARNESS_CLOCKSHIFT", build)
+
+
+def is_static_file(path: str) -> bool:
+    """An ELF executable with no program interpreter (PT_INTERP): libc, if any, is linked in, and LD_PRELOAD is never
+    read."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 64 or not head.startswith(b"\x7fELF") or head[4] != 2:  # ELF64 only
+                return False
+            order = "little" if head[5] == 1 else "big"
+            phoff, phentsize, phnum = (int.from_bytes(head[32:40], order), int.from_bytes(head[54:56], order),
+                                       int.from_bytes(head[56:58], order))
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+    except OSError:
+        return False
+    return not any(int.from_bytes(table[i:i + 4], order) == 3 for i in range(0, len(table), phentsize))  # PT_INTERP
+
+
+def needs_clockshift(program: str) -> bool:
+    """libfaketime cannot move this program's clock: a Go binary (the vDSO, never libc) or a static one."""
+    return os.path.isfile(program) and (is_go_file(program) or is_static_file(program))
+
+
+def skew_command(command: list[str], offset: float) -> list[str] | None:
+    """The command of a role whose program libfaketime cannot reach, run under clockshift (None: libfaketime does,
+    or clockshift could not be built)."""
+    if not command or not needs_clockshift(command[0]):
+        return None
+    shifter = clockshift()
+    return [shifter, f"{offset:.3f}", "--", *command] if shifter else None
 
 
 def libraries() -> tuple[str | None, str | None, str | None]:
@@ -193,11 +249,11 @@ def cannot_skew(adapter, scenario_raw: dict) -> str | None:
             program = adapter.resolve_command(adapter.roles[role].command)[0]
         except Exception:
             continue
-        if os.path.isfile(program) and is_go_file(program):
+        if needs_clockshift(program):
             go.append(role)
-    if go:
-        return (f"its clock offsets cannot reach {', '.join(go)}: a Go program reads the clock without libc, "
-                "so libfaketime cannot move it")
+    if go and clockshift() is None:
+        return (f"its clock offsets cannot reach {', '.join(go)}: a Go or static program reads the clock without "
+                "libc, so libfaketime cannot move it, and harness/clockshift.c could not be built (no C compiler)")
     return None
 
 
@@ -230,6 +286,19 @@ def maps_library(pid: int) -> bool:
         return False
 
 
+def traced_by_clockshift(pid: int) -> bool:
+    """``pid`` is traced by a clockshift process (harness/clockshift.c)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            tracer = next((int(line.split()[1]) for line in f if line.startswith("TracerPid:")), 0)
+        if not tracer:
+            return False
+        with open(f"/proc/{tracer}/cmdline", "rb") as f:
+            return b"clockshift" in f.read().split(b"\0", 1)[0]
+    except (OSError, ValueError):
+        return False
+
+
 def date_offset(client, url: str) -> float | None:
     """The server's Date header minus the harness's clock at the answer (seconds), or None."""
     try:
@@ -257,7 +326,8 @@ def verify(instance, offset: float, group_members, http_url: str | None = None, 
     pids = group_members(instance.pid) or [instance.pid]
     go = any(is_go_binary(pid) for pid in pids)
     mapped = any(maps_library(pid) for pid in pids)
-    facts = {"pids": pids[:8], "go_binary": go, "libfaketime_mapped": mapped}
+    traced = any(traced_by_clockshift(pid) for pid in pids)
+    facts = {"pids": pids[:8], "go_binary": go, "libfaketime_mapped": mapped, "clockshift_traced": traced}
     if http_url is not None and client is not None:
         measured, tries, until = None, 0, time.monotonic() + wait_seconds
         while True:  # the Date header is refreshed about once a second: take the closest of a few
@@ -277,6 +347,9 @@ def verify(instance, offset: float, group_members, http_url: str | None = None, 
                 return {"status": "verified", "reason": "HTTP Date header shows the offset", **facts}
             return {"status": "ineffective", "reason": f"HTTP Date header shows no offset ({measured:+.1f}s, "
                     f"asked {offset:+g}s)" + (": a Go program reads the clock without libc" if go else ""), **facts}
+    if traced:
+        return {"status": "traced", "reason": "clockshift traces the role's processes (their wall-clock calls are "
+                "answered moved; no clock of the role to compare with)", **facts}
     if go:
         return {"status": "cannot_apply", "reason": "a Go program reads the clock through the vDSO, not libc: "
                 "libfaketime cannot move it", **facts}

@@ -278,7 +278,7 @@ class Supervisor:
                 found.append(f"{name} is not running")
             if instance.alive():
                 for pid in group_members(instance.pid):
-                    if process_state(pid) == "T":
+                    if process_state(pid) in ("T", "t"):  # t: stopped under a tracer (clockshift)
                         found.append(f"{name} pid {pid} is stopped")
         return found
 

@@ -148,11 +148,93 @@ def test_a_violation_under_an_unverified_offset_stays_invalid():
     assert staging_safety.check(b.history(), b.final, b.run).status == INVALID
 
 
-def test_a_go_implementation_skips_the_scenario_with_the_reason():
+def test_a_go_implementation_runs_under_clockshift_or_skips_the_scenario_with_the_reason(monkeypatch):
     go = REPO / "examples" / "go-pipeline" / "adapter.toml"
     if not (go.parent / "bin" / "gopipe").is_file():  # built by scripts/bootstrap.sh
         return
     scenario = find("clock-skew-staging")
-    chosen, skipped = for_grade([scenario], adapter_mod.load(go), 4)
-    assert not chosen and "a Go program reads the clock without libc" in skipped[0][1]
     assert clock.cannot_skew(adapter_mod.load(REPO / "reference" / "adapter.toml"), scenario.raw) is None
+    program = adapter_mod.load(go).resolve_command(adapter_mod.load(go).roles["sweeper"].command)
+    assert clock.needs_clockshift(program[0])
+    if clock.clockshift() is not None:  # bootstrap builds it
+        chosen, skipped = for_grade([scenario], adapter_mod.load(go), 4)
+        assert chosen and not skipped
+        assert clock.skew_command(program, 3.75)[1:4] == ["3.750", "--", program[0]]
+    monkeypatch.setattr(clock, "clockshift", lambda build=True: None)  # no C compiler: nothing can move it
+    chosen, skipped = for_grade([scenario], adapter_mod.load(go), 4)
+    assert not chosen and "a Go or static program reads the clock without libc" in skipped[0][1]
+
+
+GO_CLOCK = """package main
+
+import (
+	"fmt"
+	"time"
+)
+
+func main() {
+	began := time.Now()
+	time.Sleep(100 * time.Millisecond)
+	fmt.Println(float64(time.Now().UnixNano())/1e9, time.Since(began).Seconds())
+}
+"""
+
+
+def test_clockshift_moves_the_wall_clock_of_a_go_program_and_of_a_sleeping_python_one(tmp_path):
+    """Hole 10 (issue 20): libfaketime never reached a Go program (its runtime reads the clock through the vDSO), so
+    clock-skew scenarios ran it on the real clock. clockshift moves the wall clock any program reads, Go included,
+    and leaves its monotonic clock and sleeps alone."""
+    shifter = clock.clockshift()
+    if shifter is None or not shutil.which("go"):  # bootstrap builds it (cc) and the Go example (go)
+        return
+    import time
+
+    (tmp_path / "main.go").write_text(GO_CLOCK)
+    (tmp_path / "go.mod").write_text("module clockprobe\n\ngo 1.21\n")
+    subprocess.run(["go", "build", "-o", "probe", "."], cwd=tmp_path, check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"})
+    assert clock.needs_clockshift(str(tmp_path / "probe"))
+    for offset in (100.0, -100.0):
+        before = time.time()
+        done = subprocess.run(clock.skew_command([str(tmp_path / "probe")], offset), capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        wall, slept = (float(x) for x in done.stdout.split())
+        assert offset - 2 < wall - before < offset + 20, (offset, wall - before)
+        assert 0.09 < slept < 10, slept
+    before = time.time()
+    done = subprocess.run([shifter, "100", "--", sys.executable, "-c", SLEEPER], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr[-800:]
+    wall, slept = (float(x) for x in done.stdout.split())
+    assert 98 < wall - before < 130 and 0.2 <= slept < 20
+
+
+def test_a_program_under_clockshift_stops_and_resumes_with_its_process_group():
+    """The harness pauses a role with SIGSTOP to its process group: under clockshift every thread of the program
+    stops (the tracer lives outside the group) and SIGCONT resumes it; SIGTERM ends it with its own status."""
+    shifter = clock.clockshift()
+    if shifter is None:
+        return
+    import signal
+    import time
+
+    from harness.supervisor import group_members, process_state
+
+    probe = subprocess.Popen([shifter, "50", "--", sys.executable, "-c", "import time\nwhile True: time.sleep(0.05)"],
+                             start_new_session=True)
+    try:
+        time.sleep(0.8)
+        assert clock.traced_by_clockshift(probe.pid)
+        os.killpg(probe.pid, signal.SIGSTOP)
+        time.sleep(0.5)
+        assert {process_state(pid) for pid in group_members(probe.pid)} <= {"T", "t"}
+        os.killpg(probe.pid, signal.SIGCONT)
+        time.sleep(0.5)
+        assert probe.poll() is None and {process_state(pid) for pid in group_members(probe.pid)} & {"S", "R"}
+        os.killpg(probe.pid, signal.SIGTERM)
+        assert probe.wait(10) == -signal.SIGTERM
+    finally:
+        if probe.poll() is None:
+            probe.kill()
+            probe.wait()
