@@ -156,14 +156,19 @@ class Adapter(SchemaDocument):
         """[events] sql: the read-only query that returns an attachment's transitions (instead of GET /events)."""
         return (self.raw.get("events") or {}).get("sql") or None
 
-    def events_reader(self, env_direct: dict):
+    def events_reader(self, env_direct: dict, env_roles: dict | None = None):
         """A reader of the transitions from the implementation's database (harness/events_sql.py), or None when the
-        adapter has no [events] sql."""
+        adapter has no [events] sql. It connects to the direct address (no fault cuts it) with the credentials the
+        roles get (``env_roles``: the tenant's own database role), never the stack's administrator: the query is the
+        submission's, and a superuser's read-only transaction could still read the server's files."""
         if not self.events_sql or not env_direct.get("DATABASE_URL"):
             return None
-        from .events_sql import SqlEvents
+        from .events_sql import SqlEvents, with_credentials_of
 
-        return SqlEvents(env_direct["DATABASE_URL"], self.events_sql)
+        url = env_direct["DATABASE_URL"]
+        if env_roles and env_roles.get("DATABASE_URL"):
+            url = with_credentials_of(url, env_roles["DATABASE_URL"])
+        return SqlEvents(url, self.events_sql)
 
     def metrics_path(self, role: str) -> str:
         """Where ``role`` serves its metrics: its own ``metrics_path``, else ``[http] metrics_path`` for the HTTP role

@@ -52,6 +52,16 @@ def rows_to_events(names: list[str], rows: list[tuple]) -> list[dict]:
     return out
 
 
+def with_credentials_of(direct_url: str, roles_url: str) -> str:
+    """``direct_url`` (host, port, database) with the user and password of ``roles_url``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    direct, roles = urlsplit(direct_url), urlsplit(roles_url)
+    host = direct.netloc.rsplit("@", 1)[-1]
+    credentials = roles.netloc.rsplit("@", 1)[0] if "@" in roles.netloc else ""
+    return urlunsplit(direct._replace(netloc=f"{credentials}@{host}" if credentials else host))
+
+
 class SqlEvents:
     """One connection (opened on first use, reopened after an error), shared by the observer's threads under a lock."""
 

@@ -284,7 +284,7 @@ class ScenarioRun:
         with timing.split(self, "observers"):
             self.observer = ApiObserver(self.base_url, self.history, events=self.adapter.has("events"),
                                         vocabulary=self.adapter.vocabulary,
-                                        events_reader=self.adapter.events_reader(self.env_direct))
+                                        events_reader=self.adapter.events_reader(self.env_direct, self.env))
             from .ready_snapshot import ReadySnapshot
 
             self.observer.on_ready = ReadySnapshot(self.env_direct, self.history)  # duplicate_effects' before-image

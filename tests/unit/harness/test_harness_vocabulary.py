@@ -470,3 +470,11 @@ def test_the_port_guides_adapter_uses_every_mapping_and_passes_the_check(tmp_pat
     text = render(check(path))
     for line in re.findall(r"^(states: .*|paths: .*|events: .*|metrics: .*)$", guide, re.M):
         assert line in text, line
+
+
+def test_the_events_query_runs_with_the_roles_credentials_on_the_direct_address(ported):
+    direct = {"DATABASE_URL": "postgresql://admin:root@127.0.0.1:5432/tenant_7"}
+    roles = {"DATABASE_URL": "postgresql://tenant_7:s3cr%40t@127.0.0.1:24567/tenant_7"}
+    reader = ported.events_reader(direct, roles)
+    assert reader.database_url == "postgresql://tenant_7:s3cr%40t@127.0.0.1:5432/tenant_7"  # never the admin
+    assert events_sql.with_credentials_of("postgresql://a:b@h:1/d", "postgresql://h2:2/d") == "postgresql://h:1/d"
