@@ -127,7 +127,7 @@ class ScenarioRun:
                 self._read_metrics()
                 final = read_final(self.base_url, self._attachment_ids(), self.env_direct, self.tap,
                                    events=self.adapter.has("events"), vocabulary=self.adapter.vocabulary,
-                                   events_reader=self.adapter.events_reader(self.env_direct))
+                                   events_reader=self.adapter.events_reader(self.env_direct, self.env))
                 work = amqp_queue_depth(self.tenant.direct.amqp_url, self.adapter.broker["work_queue"])
                 if work is not None:
                     final.setdefault("queues", {})["work"] = work
