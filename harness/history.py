@@ -23,6 +23,8 @@ Line types (field ``type``):
   metrics                     one read of a role instance's /metrics after the drain: the totals the adapter names
   tamper                      the harness's faults re-read while in force (chaos/network.py): a change it did not make
                               (found=changed) or a fault's verification summary (summary=true)
+  unroutable                  a publish the broker routed to no queue (the firehose's empty ``routed_queues``): confirmed
+                              by the broker and dropped — a message published before its topology existed
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from .formats import canonical_ids, has_upper_uuid
 
 EVENT_TYPES = frozenset(
     {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note",
-     "object", "delivery", "metrics", "snapshot", "versions", "version_snapshot", "tamper"}
+     "object", "delivery", "metrics", "snapshot", "versions", "version_snapshot", "tamper", "unroutable"}
 )
 
 

@@ -397,6 +397,16 @@ class Tap(Poller):
                                       "exchange": seen["exchange"], "routing_key": seen["routing_key"]})
         return kept
 
+    def _unroutable(self, trace: dict, keys: list, message: dict) -> None:
+        """A publish the broker routed nowhere: it confirms such a message and drops it (unless published
+        ``mandatory``). Kept as a fact with the job it names, so that work lost this way is reported with its cause
+        (typically: the queue and its bindings were declared by a consumer that had not started yet)."""
+        body = decode_payload(message)[0] or {}
+        self.history.append("unroutable", exchange=trace.get("exchange_name") or "", routing_key=keys[0],
+                            job_id=body.get("job_id"), attachment_id=body.get("attachment_id"),
+                            attempt=body.get("attempt"),
+                            message_id=(trace.get("properties") or {}).get("message_id"))
+
     def _forged(self, message: dict) -> None:
         """A message published straight into the tap queue (the default exchange, by its name): the harness binds
         only copies of the work queue's bindings and the firehose to it, so someone else wrote into what the
@@ -425,6 +435,9 @@ class Tap(Poller):
         trace = properties.get("headers") or {}
         routed = trace.get("routed_queues")
         keys = trace.get("routing_keys") or [""]
+        if routed is not None and not routed:
+            self._unroutable(trace, keys, message)
+            return None
         if self.work_queue not in (routed if routed is not None else keys):
             return None
         exchange = trace.get("exchange_name") or ""

@@ -18,14 +18,15 @@ is lost. "Outages cost no attempt" is a property of the reference (its own grade
 
 from __future__ import annotations
 
-from . import hostile_inputs, retry_exhaustion
+from . import hostile_inputs, permanent_failure, retry_exhaustion
 from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, expiry_code,
                    final_read_ok, level_of, seed_of, timing, transitions_of)
 
 NAME = "lost_accepted_work"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
 ALWAYS_COUNTED = True  # its unknown (no upload accepted, nothing observed) counts everywhere
-TRANSIENT_FAULTS = frozenset({"toxic", "restart_service", "kill_broker_node", "partition_broker_node"})
+TRANSIENT_FAULTS = frozenset({"toxic", "restart_service", "kill_broker_node", "partition_broker_node",
+                              "s3_deny"})  # a refusal of the store later lifted
 
 
 def transient_faults(history) -> list[tuple[float, float, dict]]:
@@ -62,6 +63,12 @@ def budget_spent_by_fault(history, final, run, attachment_id: str, body: dict, f
     if not claimed or ended is None:
         return None
     return next((f for start, end, f in faults if start <= ended and end >= claimed[0]), None)
+
+
+def unroutable_publishes(history, attachment_id: str, job_id: str | None) -> list[dict]:
+    """The tap's ``unroutable`` lines naming this attachment or job: its message published to no queue."""
+    return [e for e in history.of_type("unroutable")
+            if e.get("attachment_id") == attachment_id or (job_id and e.get("job_id") == job_id)]
 
 
 def check(history, final, run) -> Verdict:
@@ -111,6 +118,8 @@ def check(history, final, run) -> Verdict:
                 pass  # expired work is an outcome of its own, judged by the expiry checker
             elif exhausting and body.get("error_code"):
                 pass  # the retry budget ran out under a fault on every attempt: judged by retry_exhaustion
+            elif body.get("error_code") and permanent_failure.met_refusal(history, final, attachment_id):
+                pass  # the store refused every write for good while it was unfinished: judged by permanent_failure
             elif not bad_input and (spent := budget_spent_by_fault(history, final, run, attachment_id, body, faults)):
                 notes.append(evidence(
                     f"ended failed at its attempt budget ({int(timing(run, 'max_attempts'))}), spent while a transient "
@@ -122,7 +131,13 @@ def check(history, final, run) -> Verdict:
             elif not body.get("error_code"):
                 problems.append(evidence("failed without an error_code", **base))
         else:
-            problems.append(evidence(f"accepted work never finished: still {state!r} after drain", **base))
+            dropped = unroutable_publishes(history, attachment_id, ok.get("job_id"))
+            cause = (f"; its message was published unroutable {len(dropped)} time(s) (exchange "
+                     f"{dropped[0].get('exchange')!r}, routing key {dropped[0].get('routing_key')!r}, first at "
+                     f"t={dropped[0].get('t')}): the broker confirmed and dropped it — the topology did not exist "
+                     "when it was published (docs/CONTRACT.md §4)") if dropped else ""
+            problems.append(evidence(f"accepted work never finished: still {state!r} after drain{cause}",
+                                     **{**base, "events": base["events"] + dropped[:2]}))
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS,
                        f"{len(problems)} of {len(accepted)} accepted uploads lost or incomplete",

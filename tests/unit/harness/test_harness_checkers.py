@@ -40,6 +40,25 @@ def test_lost_work_catches_job_stuck_in_queued_after_crash_between_commit_and_pu
     assert verdict.seed == 42 and verdict.evidence[0]["lines"]
 
 
+def test_lost_work_names_an_unroutable_publish_as_its_cause():
+    # The job's message was published before its queue existed (a consumer that declares the topology when it
+    # starts, every consumer held): the broker confirmed it and dropped it. Lost work, with its cause named.
+    b = Builder()
+    b.upload(0.0, ATT)
+    b.add(0.2, "unroutable", exchange="jobs", routing_key="render", job_id=JOB, attachment_id=ATT, attempt=1)
+    b.transitions(ATT, [(0.05, None, "queued", 1, "api")])
+    verdict = lost_accepted_work.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID
+    [item] = verdict.evidence
+    assert "published unroutable 1 time(s) (exchange 'jobs', routing key 'render'" in item["message"]
+    assert any(e.get("type") == "unroutable" for e in item["history"]), item
+    # Without the tap's line, the same loss has no cause to name.
+    plain = Builder()
+    plain.upload(0.0, ATT)
+    plain.transitions(ATT, [(0.05, None, "queued", 1, "api")])
+    assert "unroutable" not in lost_accepted_work.check(plain.history(), plain.final, plain.run).evidence[0]["message"]
+
+
 def test_lost_work_ignores_unknown_outcomes_and_accepts_failed_bad_input():
     b = Builder()
     b.add(0.0, "invoke", op="u1", f="upload", kind="good")
