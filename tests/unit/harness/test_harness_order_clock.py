@@ -242,7 +242,7 @@ def test_producers_group_time_zones_and_a_go_implementation_still_graded_on_its_
                                                   "worker": "America/Adak", "sweeper": "America/Adak"}
     assert clock.groups_of(entries, ref, [])["worker"] == ["@consumers"]
     # A time zone reaches Go programs: the scenario is not skipped for them (clock-skew-staging, offsets only, is);
-    # its expiry checks judge them, and clock_agreement says the offset did not show (unknown).
+    # their offsets come from clockshift, and clock_agreement judges them from the roles' own clocks.
     assert clock.cannot_skew(go, scenario.raw) is None
     assert scenario in for_grade([scenario], ref, 4)[0]
     order = permuted(list("abcdef"), random.Random(4242))
