@@ -16,8 +16,9 @@ prefetch. So, from the traced deliveries of the work queue (``delivery`` lines w
   have been the one claimed), the job was ``queued`` or ``processing`` at that attempt at ``x``, and between
   ``d`` (less the tap's lag) and ``x`` (plus a slack) the job had no transition other than its claim
   (``queued -> processing`` at that attempt) — nothing durable that would let its owner ack;
-* at each delivery ``x`` to a channel during a dependency fault (a failing toxic — cut, blackhole, reset_peer — or
-  a restart of the database or the object store, until ``lease_seconds`` after it ended), the deliveries of that
+* at each delivery ``x`` to a channel during a dependency fault (a failing toxic — cut, blackhole, reset_peer — a
+  restart of the database or the object store, or the store refusing writes with 403 — until ``lease_seconds``
+  after it ended, when declared), the deliveries of that
   channel necessarily still held must number fewer than the channel's bound: the declared prefetch
   (``[limits] prefetch``, per consumer) times the most consumers the work queue had at once (a channel has at most
   that many). Reaching the bound means the broker had a free slot it could not have had: at least one of them was
@@ -28,8 +29,8 @@ any outcome, or a recovery, is not counted from then on. Unknown (where a scenar
 not traced, or the adapter declares no prefetch, or the work queue never showed a consumer (``basic.get`` ignores
 the prefetch). Exercised when a delivery was judged during a dependency fault.
 
-Its own finding, whatever the verdict: jobs whose claimed delivery was never redelivered and which were then
-recovered (``processing -> queued``) by someone — "the safety net did the work" — are listed in the evidence.
+Its own finding, with an invalid verdict: how many of the jobs so held ended terminal all the same — their delivery
+never handed out again, so a lease recovery or the lost-message safety net did the work the broker should have.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, seed_of, timing, t
 
 NAME = "dropped_delivery"
 REQUIREMENTS = ["BE-JOB-001"]
-TIMINGS = ("lease_seconds",)
 
 FAILING_TOXICS = frozenset({"cut", "blackhole", "reset_peer"})
 BROKER_SERVICES = frozenset({"rabbitmq", "broker", "amqp"})
@@ -56,7 +56,8 @@ def dependency_windows(history, grace: float) -> list[tuple[float, float, dict]]
     for e in history.of_type("fault"):
         if e.get("phase") != "start" or str(e.get("service") or "") in BROKER_SERVICES:
             continue
-        failing = (e.get("action") == "toxic" and e.get("toxic") in FAILING_TOXICS) or e.get("action") == "restart_service"
+        failing = ((e.get("action") == "toxic" and e.get("toxic") in FAILING_TOXICS) or e.get("action") == "restart_service"
+                   or (e.get("action") == "s3_deny" and e.get("probe_status") == 403))
         if not failing:
             continue
         end = next((x for x in history.of_type("fault") if x["seq"] > e["seq"] and x.get("phase") == "end"
@@ -90,33 +91,12 @@ def held_at(trans: list[dict], d: dict, x_wall: float) -> bool:
     return True
 
 
-def _safety_net(history, final, deliveries: list[dict], once: dict) -> list[dict]:
-    """Jobs whose only delivery at an attempt was claimed and never redelivered, then recovered by someone."""
-    found = []
-    for d in deliveries:
-        k = _key(d)
-        if k is None or once.get(k) != 1:
-            continue
-        trans = transitions_of(history, final or {}, d["attachment_id"])
-        claim = next((t for t in trans if t["from"] == "queued" and t["to"] == "processing"
-                      and t["attempt"] == d["attempt"] and t["at"] is not None
-                      and t["at"] > d["wall"] - TAP_LAG_SECONDS), None)
-        if claim is None:
-            continue
-        after = [t for t in trans if (t["seq"] or 0) > (claim["seq"] or 0)]
-        if after and after[0]["from"] == "processing" and after[0]["to"] == "queued":
-            found.append(evidence("claimed from a delivery the broker never handed out again, then recovered "
-                                  f"({after[0].get('actor')}: {after[0].get('reason')}): the safety net did the work",
-                                  attachment_id=d["attachment_id"], job_id=d["job_id"], events=[d],
-                                  attempt=d["attempt"], claimed_at=claim["at_text"], recovered_at=after[0]["at_text"]))
-    return found
-
-
 def check(history, final, run) -> Verdict:
     asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
     seed = seed_of(run)
-    lease = timing(run, "lease_seconds")
-    windows = dependency_windows(history, lease if lease is not None else 0.0)
+    # How long after a fault its deliveries are still judged (a grace only: the count is sound at any instant).
+    lease = timing(run, "lease_seconds") or 0.0
+    windows = dependency_windows(history, lease)
 
     def undecided(why: str) -> Verdict:
         if asked:
@@ -126,8 +106,6 @@ def check(history, final, run) -> Verdict:
     if not windows:
         return Verdict(NAME, VALID, REQUIREMENTS, "not exercised: no fault made the database or the object store fail",
                        exercised=False, seed=seed)
-    if lease is None:
-        return undecided("the adapter declares no lease_seconds (how long after a fault its deliveries are judged)")
     if not any(e.get("source") == "firehose" and e.get("deliveries") for e in history.of_type("observe")):
         return undecided("deliveries from the work queue were not traced (no firehose): what the broker handed out, "
                          "and so what it could hand out, is not known")
@@ -179,17 +157,17 @@ def check(history, final, run) -> Verdict:
                     attachment_id=x.get("attachment_id"), delivered_wall=x["wall"], bound=bound,
                     held=[{"job_id": d["job_id"], "attachment_id": d["attachment_id"], "attempt": d["attempt"],
                            "delivered_wall": d["wall"], "line": d.get("line")} for d in held]))
-    net = _safety_net(history, final, deliveries, once)
     if problems:
+        held = {h["attachment_id"] for item in problems for h in item["held"]}
+        states = {a: (((final or {}).get("attachments") or {}).get(a) or {}).get("body", {}).get("state") for a in held}
+        finished = sorted(a for a, state in states.items() if state in ("ready", "failed"))
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} deliveries handed to a consumer during a "
                        "dependency fault prove that it had settled deliveries of unfinished jobs (no outcome, no "
-                       "retry recorded, never given back)" + (f"; the safety net did the work for {len(net)} jobs"
-                                                              if net else ""),
-                       evidence=problems + net, seed=seed)
+                       f"retry recorded, never given back); {len(finished)} of the {len(held)} jobs so held ended "
+                       "terminal all the same, their delivery never handed out again: a recovery or the safety net "
+                       "did the work", evidence=problems, seed=seed)
     if not judged:
         return undecided(f"no delivery was handed out during the {len(windows)} dependency faults (or "
                          f"{lease:g}s after them)")
     return Verdict(NAME, VALID, REQUIREMENTS, f"{judged} deliveries handed out during dependency faults: none "
-                   f"implies a settled delivery of unfinished work (bound {bound} per channel)" +
-                   (f"; finding: the safety net did the work for {len(net)} jobs (claimed delivery never redelivered, "
-                    "then recovered)" if net else ""), evidence=net, seed=seed)
+                   f"implies a settled delivery of unfinished work (bound {bound} per channel)", seed=seed)

@@ -232,7 +232,10 @@ def test_the_timing_table_matches_the_checkers_sources():
                 # without a sweep interval lease_renewal does not judge how soon a job is recovered (no unknown)
                 ("lease_renewal", "sweep_interval_seconds"),
                 # without max_attempts no outage is allowed to have spent the budget: lost work stays lost work
-                ("lost_accepted_work", "max_attempts")}
+                ("lost_accepted_work", "max_attempts"),
+                # the lease is only how long after a dependency fault deliveries are still judged; the bound on
+                # attempts of a job failed under a permanent refusal is bounded_retries's where it is missing
+                ("dropped_delivery", "lease_seconds"), ("permanent_failure", "max_attempts")}
     timings = tuple(validator("adapter.schema.json").schema["properties"]["timings"]["properties"])
     table = {(checker, timing) for timing, checkers in TIMING_CHECKERS.items() for checker in checkers}
     used = set()

@@ -18,7 +18,7 @@ from harness.schemas import REPO_ROOT
 REFERENCE = adapter_mod.load("reference")
 GO = adapter_mod.load(REPO_ROOT / "examples" / "go-pipeline" / "adapter.toml")
 RUNNER_ACTIONS = {"failpoint", "sigkill", "sigstop", "toxic", "restart_service", "republish", "replay",
-                  "start_instance", "hold", "inject", "permute"}
+                  "start_instance", "hold", "inject", "permute", "s3_deny"}
 
 
 def _variant(base, **changes):

@@ -1,0 +1,136 @@
+"""``s3_deny``: the object store refuses every write of the run's own key with 403 AccessDenied — a permanent error,
+not an outage — for the rest of the run (or ``duration`` seconds).
+
+Toxiproxy cannot answer 403, so the harness changes what the run's S3 key may do: it replaces the key's policy
+(SeaweedFS's embedded IAM, written with the harness's admin key) with one that still allows reads, listings and
+deletes in the run's bucket but no ``PutObject`` (nor a multipart upload or a copy). The API has staged what it
+accepted before the fault (``after_workload``, the default, waits for the workload to end), so what meets the
+refusal is the consumers' writes of the variants. The harness then proves the refusal itself: a PUT with the run's
+key must answer 403 (``fault`` line ``phase=start`` with ``probe_status``); anything else is recorded and the step
+does not count as having happened. Without ``duration`` the refusal holds through the drain and the final read (a
+job that is retried forever never ends); the full policy is given back at the end of the step, or never when the
+run ends first (each run's key and bucket are its own).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from . import first_delay
+
+ACTION = "s3_deny"
+RECORDS = "fault action=s3_deny phase=start (bucket, denied, probe_status, probe_code) and phase=end (restored)"
+PROBE_KEY = "harness-probe/s3-deny"
+
+
+def bucket_and_key(ctx) -> tuple[str | None, str | None, str | None]:
+    """The run's bucket and S3 key, as its roles were given them (the contract's S3_* variables)."""
+    for instance in list(getattr(ctx.supervisor, "instances", {}).values()):
+        env = getattr(instance, "env", None) or {}
+        if env.get("S3_BUCKET") and env.get("S3_ACCESS_KEY"):
+            return env["S3_BUCKET"], env["S3_ACCESS_KEY"], env.get("S3_SECRET_KEY")
+    return None, None, None
+
+
+def policy(bucket: str, writes: bool) -> dict:
+    actions = ["s3:*"] if writes else ["s3:GetObject", "s3:ListBucket", "s3:DeleteObject"]
+    return {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": actions, "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}
+
+
+def _iam(store):
+    import boto3
+    from botocore.config import Config
+
+    from harness.stack.seaweedfs import ACCESS_KEY, SECRET_KEY
+
+    return boto3.client("iam", endpoint_url=store.endpoint_url(), aws_access_key_id=ACCESS_KEY,
+                        aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
+                        config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 3}))
+
+
+def set_writes(store, bucket: str, writes: bool) -> None:
+    _iam(store).put_user_policy(UserName=bucket, PolicyName="own-bucket",
+                                PolicyDocument=json.dumps(policy(bucket, writes)))
+
+
+def probe(store, bucket: str, access_key: str, secret_key: str) -> tuple[int | None, str]:
+    """A PUT with the run's own key: (HTTP status, error code) — 200 when the write went through."""
+    from harness.stack.seaweedfs import s3_client
+
+    client = s3_client(store.endpoint_url(), access_key, secret_key, timeout=5)
+    try:
+        client.put_object(Bucket=bucket, Key=PROBE_KEY, Body=b"probe")
+    except Exception as exc:  # noqa: BLE001 - the answer is the evidence
+        response = getattr(exc, "response", None) or {}
+        return (response.get("ResponseMetadata") or {}).get("HTTPStatusCode"), \
+            (response.get("Error") or {}).get("Code") or type(exc).__name__
+    try:
+        client.delete_object(Bucket=bucket, Key=PROBE_KEY)
+    except Exception:  # noqa: BLE001 - a leftover probe object is harmless
+        pass
+    return 200, ""
+
+
+WEIGHT = 1
+ONCE = True
+
+
+def draw(rng, pick) -> dict:
+    """For ``harness soak``: a refusal lifted after a while (a correct implementation then retries within its
+    budget, or ends failed with an error_code while it was in force, which lost_accepted_work counts as an outcome),
+    in force during the workload (the API's own staging writes may be refused too: 503, retried)."""
+    return {"action": ACTION, "at": pick.at, "after_workload": False, "duration": round(rng.uniform(0.5, 2.0), 2)}
+
+
+def run(ctx, step) -> None:
+    if not ctx.wait_trigger(step, first_delay(step)):
+        return
+    if step.get("after_workload", True):
+        deadline = time.monotonic() + float(step.get("timeout", 30))
+        while not ctx.workload_done.wait(0.05):
+            if time.monotonic() > deadline or ctx.stopping.is_set():
+                ctx.history.append("note", message="s3_deny: the workload did not end in time", fault=step["index"])
+                return
+    store = getattr(ctx.stack, "s3", None)
+    bucket, access_key, secret_key = bucket_and_key(ctx)
+    if store is None or not hasattr(store, "endpoint_url") or not bucket:
+        ctx.history.append("note", message="s3_deny: no S3 store of the harness's own, or no run bucket: cannot "
+                           "refuse writes", fault=step["index"])
+        return
+    set_writes(store, bucket, writes=False)
+    status, code = probe(store, bucket, access_key, secret_key)
+    ctx.history.append("fault", action=ACTION, phase="start", fault=step["index"], service="s3", bucket=bucket,
+                       denied="write", probe_status=status, probe_code=code)
+    ctx.log(f"S3 writes refused in {bucket} (probe: {status} {code})")
+    step["_denied"] = bucket
+    duration = step.get("duration")
+    if duration is None:
+        return  # held to the end of the run
+    ctx.stopping.wait(float(duration))
+    restore(ctx, step)
+
+
+def restore(ctx, step) -> None:
+    bucket = step.pop("_denied", None)
+    if not bucket:
+        return
+    store = getattr(ctx.stack, "s3", None)
+    set_writes(store, bucket, writes=True)
+    ctx.history.append("fault", action=ACTION, phase="end", fault=step["index"], service="s3", bucket=bucket,
+                       restored=True)
+
+
+def happened(step, history, final) -> tuple[bool, str]:
+    starts = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+              and e.get("fault") == step.get("index")]
+    if not starts:
+        return False, "the store's refusal of writes was never set"
+    refused = [e for e in starts if e.get("probe_status") == 403]
+    if not refused:
+        e = starts[0]
+        return False, f"writes were to be refused, but the harness's own PUT answered {e.get('probe_status')} " \
+                      f"{e.get('probe_code') or ''}".strip()
+    return True, f"writes refused in {refused[0].get('bucket')}: the harness's own PUT answered 403 " \
+                 f"{refused[0].get('probe_code')}"

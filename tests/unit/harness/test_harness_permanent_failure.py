@@ -1,0 +1,116 @@
+"""permanent_failure (BE-JOB-003) and the s3_deny fault kind over hand-made histories: a job that met a store refusing
+every write (403, proven by the harness's own PUT) must end failed with an error_code within max_attempts; one
+retried or held forever (the s3_errors_as_outage variant's shape) is invalid."""
+
+from __future__ import annotations
+
+from chaos.kinds import s3_deny
+from harness.checkers import permanent_failure
+from harness.checkers.base import INVALID, UNKNOWN, VALID
+from harness_histories import ATT, Builder
+
+OTHER = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+
+
+def denied(probe_status=403, end=None, asked=True, max_attempts=2):
+    b = Builder(max_attempts=max_attempts,
+                scenario={"name": "s3-write-denied", "checks": ["permanent_failure"] if asked else []})
+    b.upload(0.1)
+    b.add(1.0, "fault", action="s3_deny", phase="start", fault=1, service="s3", bucket="run-bucket", denied="write",
+          probe_status=probe_status, probe_code="AccessDenied" if probe_status == 403 else "")
+    if end is not None:
+        b.add(end, "fault", action="s3_deny", phase="end", fault=1, service="s3", bucket="run-bucket", restored=True)
+    return b
+
+
+def check(b):
+    return permanent_failure.check(b.history(), b.final, b.run)
+
+
+def test_a_job_failed_with_an_error_code_within_the_budget_is_valid():
+    b = denied()
+    body = b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
+                               (3.2, "processing", "queued", 2, "worker"), (3.6, "queued", "processing", 2, "worker"),
+                               (3.8, "processing", "failed", 2, "worker")], error_code="attempts_exhausted")
+    assert body["state"] == "failed"
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert "failed (attempts_exhausted) at attempt 2 of 2, 2.8s after the refusal" in verdict.evidence[0]["message"]
+
+
+def test_a_job_still_processing_at_the_final_read_is_invalid():
+    b = denied()
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == INVALID, verdict.summary
+    assert verdict.evidence[0]["attachment_id"] == ATT and "still processing" in verdict.evidence[0]["message"]
+
+
+def test_failed_without_an_error_code_or_past_the_budget_is_invalid():
+    b = denied()
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
+                        (3.8, "processing", "failed", 1, "worker")])
+    assert check(b).status == INVALID
+    b = denied(max_attempts=1)
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
+                        (3.2, "processing", "queued", 2, "worker"), (3.6, "queued", "processing", 2, "worker"),
+                        (3.8, "processing", "failed", 2, "worker")], error_code="attempts_exhausted")
+    verdict = check(b)
+    assert verdict.status == INVALID and "past max_attempts 1" in verdict.summary, verdict.summary
+
+
+def test_a_job_done_before_the_refusal_is_not_judged():
+    b = denied()
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (0.4, "queued", "processing", 1, "worker"),
+                        (0.8, "processing", "ready", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == UNKNOWN and "no job was left" in verdict.summary, verdict.summary
+
+
+def test_an_unproven_refusal_or_one_lifted_early_cannot_tell():
+    b = denied(probe_status=200)
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == UNKNOWN and "not proven" in verdict.summary, verdict.summary
+    b = denied(end=2.0)
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
+                        (4.0, "processing", "ready", 1, "worker")])
+    assert check(b).status == UNKNOWN
+
+
+def test_no_refusal_is_not_exercised():
+    b = Builder()
+    b.upload(0.1)
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == VALID and not verdict.exercised
+
+
+def test_the_kind_counts_only_a_refusal_its_own_put_proved():
+    step = {"action": "s3_deny", "index": 1}
+    b = denied()
+    ok, why = s3_deny.happened(step, b.history(), b.final)
+    assert ok and "403 AccessDenied" in why
+    ok, why = s3_deny.happened(step, denied(probe_status=200).history(), {})
+    assert not ok and "answered 200" in why
+    assert not s3_deny.happened(step, Builder().history(), {})[0]
+
+
+def test_the_refusing_policy_keeps_reads_lists_and_deletes_and_drops_every_write():
+    closed = s3_deny.policy("b", writes=False)["Statement"][0]
+    assert set(closed["Action"]) == {"s3:GetObject", "s3:ListBucket", "s3:DeleteObject"}
+    assert closed["Resource"] == ["arn:aws:s3:::b", "arn:aws:s3:::b/*"]
+    assert s3_deny.policy("b", writes=True)["Statement"][0]["Action"] == ["s3:*"]
+
+
+def test_lost_accepted_work_leaves_a_job_failed_under_a_permanent_refusal_to_this_check():
+    from harness.checkers import lost_accepted_work
+
+    b = denied()
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
+                        (3.2, "processing", "failed", 1, "worker")], error_code="storage_denied")
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == VALID
+    b = denied(end=2.0)  # lifted before the job failed: a good upload failed, lost work as before
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
+                        (3.2, "processing", "failed", 1, "worker")], error_code="storage_denied")
+    assert lost_accepted_work.check(b.history(), b.final, b.run).status == INVALID
