@@ -12,7 +12,7 @@ from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, attempt_af
 
 NAME = "replay_audit"
 REQUIREMENTS = ["BE-JOB-003"]
-NEEDS = (("events", "capabilities.events (GET /v1/attachments/{id}/events)"),)
+NEEDS = (("events", "capabilities.events (GET /v1/attachments/{id}/events, or [events] sql)"),)
 
 
 def check(history, final, run) -> Verdict:

@@ -17,7 +17,7 @@ from .base import (ALLOWED_TRANSITIONS, EXPIRY_TRANSITION, INVALID, UNKNOWN, VAL
 
 NAME = "state_regression"
 REQUIREMENTS = ["BE-JOB-002", "BE-JOB-006"]
-NEEDS = (("events", "capabilities.events (GET /v1/attachments/{id}/events)"),)
+NEEDS = (("events", "capabilities.events (GET /v1/attachments/{id}/events, or [events] sql)"),)
 
 
 def check(history, final, run) -> Verdict:
