@@ -478,3 +478,15 @@ def test_the_events_query_runs_with_the_roles_credentials_on_the_direct_address(
     reader = ported.events_reader(direct, roles)
     assert reader.database_url == "postgresql://tenant_7:s3cr%40t@127.0.0.1:5432/tenant_7"  # never the admin
     assert events_sql.with_credentials_of("postgresql://a:b@h:1/d", "postgresql://h2:2/d") == "postgresql://h:1/d"
+
+
+def test_the_port_guides_quoted_refusals_are_what_adapter_check_says(tmp_path):
+    guide = (REPO / "docs" / "guides" / "port-an-existing-service.md").read_text()
+    block = next(b for b in re.findall(r"```toml\n(.*?)```", guide, re.S) if "adapter_version" in b)
+    quoted = re.search(r"^(env\.TS_DB_URL: unknown variable .*)$", guide, re.M).group(1)
+    path = tmp_path / "adapter.toml"
+    path.write_text(block.replace('TS_DB_URL = "${DATABASE_URL}"', 'TS_DB_URL = "${DB_URL}"'))
+    assert quoted in [str(p) for p in check(path).problems]
+    path.write_text(block.replace('lease_seconds = "4s"', 'lease_seconds = "4 sec"'))
+    assert "timings.lease_seconds: not a duration: '4 sec'" in guide
+    assert any(str(p).startswith("timings.lease_seconds: not a duration: '4 sec'") for p in check(path).problems)
