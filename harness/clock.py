@@ -1,4 +1,4 @@
-"""Clock offsets for chosen roles (a scenario's ``clock_skew``), through libfaketime.
+"""Clock offsets for chosen roles (a scenario's ``clock_skew``), through libfaketime or clockshift.
 
 A scenario names roles only by group (``@window``, ``@recovers_work``, ``@consumers``) and gives each group an
 offset, absolute or relative to a declared timing::
@@ -15,8 +15,8 @@ program would be the harness's fault, not the program's. A role whose program li
 binary (its runtime reads the clock through the vDSO, never libc) or a static one — starts instead under
 ``clockshift`` (``harness/clockshift.c``, built the same way): ptrace and seccomp hand its wall-clock system calls
 to a tracer that answers them moved, after hiding the vDSO from the program at its exec, so every runtime sees the
-offset. The offset is only as good as its reach, so after start
-each skewed role is verified and the result recorded (``observe`` line, ``source = "clock_skew"``):
+offset. The offset is only as good as its reach, so after start each skewed role is verified and the result
+recorded (``observe`` line, ``source = "clock_skew"``):
 
 * ``verified``  — the role answers HTTP (the API's health path, or its /metrics when the adapter lists the role
   under ``[metrics]``) and its ``Date`` header is off by the offset (±1.5 s: the header has whole seconds and
@@ -24,19 +24,22 @@ each skewed role is verified and the result recorded (``observe`` line, ``source
 * ``preloaded`` — libfaketime is mapped into a process of the role's group and the program is not a Go binary;
   libc time calls are faked, but no clock of the role was seen (not a proof: ``clock_agreement`` then looks for
   event times the role stamped, see there);
-* ``traced``    — the role's program runs under ``clockshift`` (a Go or static binary: see below) and no clock of
-  the role was seen;
+* ``traced``    — the role's program runs under ``clockshift`` (a Go or static binary) and no clock of the role
+  was seen (not a proof either, like ``preloaded``);
 * ``ineffective`` — the HTTP ``Date`` shows no offset;
 * ``cannot_apply`` — a Go program (it reads the clock through the vDSO, never through libc) or a static binary
   where the library is not mapped and clockshift was not used (a wrapper script hid the program);
-* ``unavailable`` — libfaketime is not installed (Debian: ``apt-get install faketime``);
+* ``unavailable`` — libfaketime is not installed (Debian: ``apt-get install faketime``), or its fix could not
+  be built;
 * ``not_running`` — the role was not running when verified (e.g. held).
 
 Checkers that rely on an offset (``staging_safety`` in a run with ``clock_skew``) say ``unknown`` unless every
-skewed role is ``verified`` or ``preloaded``.
+skewed role is ``verified``, ``preloaded`` or ``traced``; ``clock_agreement`` wants the role's own
+clock (``verified``, or event times the role stamped).
 
 An entry may also set ``tz`` (an IANA zone): those roles start with ``TZ=<zone>``, recorded per instance as an
-``observe`` line with ``source = "clock_tz"`` (it reaches Go programs too; the offset does not).
+``observe`` line with ``source = "clock_tz"`` (it reaches every program; it changes how a time is written, not
+what a clock reads).
 """
 
 from __future__ import annotations
