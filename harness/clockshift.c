@@ -166,7 +166,7 @@ static int trace(pid_t program) {
   }
 }
 
-static void filter(void) {
+static void filter(void) { /* after the tracer attached: a traced call with no tracer would fail with ENOSYS */
   struct sock_filter code[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
@@ -184,8 +184,8 @@ static void filter(void) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRACE),
   };
   struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1) die("no_new_privs");
-  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == -1) die("seccomp");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == -1 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == -1)
+    fprintf(stderr, "clockshift: no seccomp filter (%s): the program runs with its real clock\n", strerror(errno));
 }
 
 int main(int argc, char **argv) {
@@ -229,13 +229,16 @@ int main(int argc, char **argv) {
   prctl(PR_SET_PTRACER, tracer, 0, 0, 0); /* Yama: let the child trace its parent */
   char byte = 'g';
   if (write(go[1], &byte, 1) != 1) die("start the tracer");
-  if (read(ready[0], &byte, 1) != 1 || byte != 'y') {
-    errno = EPERM;
-    die("ptrace attach");
-  }
+  int attached = read(ready[0], &byte, 1) == 1 && byte == 'y';
   close(go[1]);
   close(ready[0]);
-  filter();
+  if (attached) {
+    filter();
+  } else {
+    /* ptrace refused (a sandbox's own seccomp, say): the program runs on the real clock, and the harness's check of
+     * the role's clock (its Date header) shows the offset missing instead of a role that never started. */
+    fprintf(stderr, "clockshift: cannot trace this process: %s runs with its real clock\n", argv[3]);
+  }
   execvp(argv[3], argv + 3);
   die(argv[3]);
   return 125;
