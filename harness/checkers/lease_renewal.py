@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .ack_after_commit import in_flight_at
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, final_read_ok,
-                   level_of, parse_time, recovering_roles, role_kind, seed_of, timing, transitions_of)
+                   level_of, parse_time, recovering_roles, role_kind, seed_of, timing, transitions_of, undecided)
 
 NAME = "lease_renewal"
 REQUIREMENTS = ["BE-JOB-006"]
@@ -114,6 +114,51 @@ def upload_spans(history) -> list[tuple[float, float]]:
     return spans
 
 
+def promised_variants(final, attachment_id: str) -> int | None:
+    """How many variant objects the job's ``ready`` names (None unless the final read saw it ready)."""
+    body = (((final or {}).get("attachments") or {}).get(attachment_id) or {}).get("body") or {}
+    if body.get("state") != "ready" or not body.get("variants"):
+        return None
+    return len(body["variants"])
+
+
+def writes_done_in_time(objects, originals, attachment_id: str, held: int, flight: dict, no_lease_from: float,
+                        promised: int | None) -> int | None:
+    """The number of distinct objects of the held claim that landed between its claim and the moment its lease
+    had surely run out, when that is already every object its job's ``ready`` names (so nothing was left to write
+    without a lease); else None. An object is the held job's when it is the only job held, or when its key names
+    the attachment."""
+    if promised is None or flight.get("at") is None:
+        return None
+    keys = set()
+    for obj in objects:
+        landed = parse_time(obj.get("last_modified"))
+        key = obj.get("key")
+        # Not after no_lease_from (whole seconds): not shown to have landed late, so counted as written in time.
+        if landed is None or key in originals or not (flight["at"] - 1.0 <= landed <= no_lease_from):
+            continue
+        if held == 1 or attachment_id in str(key):
+            keys.add(key)
+    return len(keys) if len(keys) >= promised else None
+
+
+def unnamed_after(objects, originals, final, attachment_id: str, held: int, after: float) -> dict | None:
+    """The first object of the held job (the only job held, or its key names the attachment) that landed after
+    ``after`` at a key the job's final ``ready`` does not name; None when there is none or the job is not ready."""
+    body = (((final or {}).get("attachments") or {}).get(attachment_id) or {}).get("body") or {}
+    if body.get("state") != "ready":
+        return None
+    named = {v.get("key") for v in body.get("variants") or []}
+    for obj in objects:
+        landed = parse_time(obj.get("last_modified"))
+        key = obj.get("key")
+        if landed is None or key in originals or key in named or landed + 1.0 <= after:
+            continue
+        if held == 1 or attachment_id in str(key):
+            return obj
+    return None
+
+
 def check(history, final, run) -> Verdict:
     consumers, recovering = consumer_roles(run), recovering_roles(run)
     refusals = intervals(history, "postgres", REFUSALS, consumers)
@@ -136,7 +181,7 @@ def check(history, final, run) -> Verdict:
     uploads = upload_spans(history)
     s3_delays = intervals(history, "s3", ("latency",), consumers)
     disrupted = consumer_disruptions(history, consumers)
-    problems, proven_refused, proven_delayed, notes = [], [], [], []
+    problems, proven_refused, proven_delayed, notes, missed = [], [], [], [], []
 
     # --- refused: no effect begins after the lease ran out --------------------------------------------------------
     for r in refusals:
@@ -182,7 +227,28 @@ def check(history, final, run) -> Verdict:
             trans = trans_of[attachment_id]
             later = [t for t in trans if (t["seq"] or 0) > (flight["seq"] or 0) and t["at"] is not None]
             left = next(iter(later), None)
-            if watched:
+            done = writes_done_in_time(objects, originals, attachment_id, len(held), flight, no_lease_from,
+                                       promised_variants(final, attachment_id))
+            if watched and done is not None:
+                # Every write the claim had to make landed before its lease ran out: no effect was due while it held
+                # no lease, so the refusal proves nothing about one (a renewal ignored would look the same).
+                missed.append(evidence(
+                    f"every write of the held claim ({done} objects, as many as its job's ready names) landed before "
+                    f"its lease ran out ({no_lease_from - r['start']:.1f}s into the refusal): no effect was due "
+                    "without a lease, the window was not hit", attachment_id=attachment_id,
+                    attempt=flight["attempt"], **base))
+            elif watched and (late := unnamed_after(objects, originals, final, attachment_id, len(held),
+                                                   no_lease_until)):
+                # A write landed once the window had closed (the next claim may write from then on), at a key the
+                # job's ready does not name: a stale claim's late write or a claim that did not commit — not told
+                # apart, so the window was not shown to hold (a stale owner slower than the window looks like this).
+                missed.append(evidence(
+                    f"object {late['key']!r} landed after the window closed ({no_lease_until - r['start']:.1f}s into "
+                    "the refusal: the link back, or the next claim) and the job's ready does not name it: perhaps "
+                    "the stale owner's late write, perhaps not — the window was not hit for sure",
+                    attachment_id=attachment_id, attempt=flight["attempt"], key=late["key"],
+                    last_modified=late.get("last_modified"), **base))
+            elif watched:
                 proven_refused.append(evidence("job held when its owner's renewals were refused",
                                                attachment_id=attachment_id, attempt=flight["attempt"],
                                                reached=(next((t for t in later if t["to"] in TERMINAL_STATES), {})
@@ -223,6 +289,12 @@ def check(history, final, run) -> Verdict:
             watch_end is not None and watch_end.get("lists", 1) == 0:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "the object watch never listed the bucket: effects during the "
                        "refusal not seen", seed=seed)
+    if missed and not proven_refused:
+        # A refusal past the lease with a job in flight, but its writes were all done in time: a timing miss.
+        return undecided(NAME, REQUIREMENTS, f"{len(missed)} jobs held through a refusal past the lease: "
+                         f"{missed[0]['message']}; whether an effect begins without a lease was not shown",
+                         NAME in ((run.get("scenario") or {}).get("checks") or []), seed, missed + proven_delayed,
+                         unknown_prefix="window not hit")
     exercised = bool(proven_refused) and bool(proven_delayed)
     missing = ([] if proven_refused else ["no job held while the consumers' database link was refused past a lease "
                                           "under an object watch"]) + \

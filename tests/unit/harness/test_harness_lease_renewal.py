@@ -41,7 +41,8 @@ def refused_and_delayed(objects=(), recovered_at=5.5, reclaim_at=12.0, ready_at=
 
 def test_refused_and_delayed_renewals_without_a_stale_effect_are_valid_and_exercised():
     # Objects of the first claim written in time (before the lease ran out), the new claim's after it began.
-    b = refused_and_delayed(objects=[(3.0, f"variants/{ATT}/t1/thumbnail"), (14.0, f"variants/{ATT}/t2/thumbnail")])
+    # (The new claim's object is one its ready names: the builder's ready names variants/<id>/1/<variant>.)
+    b = refused_and_delayed(objects=[(3.0, f"variants/{ATT}/t1/thumbnail"), (14.0, f"variants/{ATT}/1/thumbnail")])
     verdict = lease_renewal.check(b.history(), b.final, b.run)
     assert verdict.status == VALID and verdict.exercised, verdict.summary
     assert any("delayed" in e["message"] for e in verdict.evidence)
@@ -168,3 +169,46 @@ def test_a_role_scoped_toxic_goes_to_that_roles_own_proxy_and_is_recorded_with_t
     recorded = [e for e in b.events if e["type"] == "fault"]
     assert [e.get("role") for e in recorded] == ["worker", "worker", None]
     assert all(e["service"] == "postgres" for e in recorded)
+
+
+def test_a_held_claim_whose_writes_were_all_done_before_its_lease_ran_out_did_not_hit_the_window():
+    # Issue 20, hole 12: renewal_ignored (a failed renewal taken as renewed) graded on lease-renewal-delayed-and-refused
+    # was invalid on one run and valid on the next. Its three writes land 2 s apart after the render; when the render
+    # was quick, the last one landed at 6.9 (Last-Modified 6) — before 7.0, when the lease surely had run out (cut at
+    # 1.5 + lease 4 + one slowed round trip 1 + 0.5). Nothing was left to write without a lease, so the run proves
+    # nothing either way. Before the fix: valid and exercised; now unknown where the scenario relies on this check.
+    objects = [(2.9, f"variants/{ATT}/t1/thumbnail"), (4.9, f"variants/{ATT}/t1/crop"),
+               (6.0, f"variants/{ATT}/t1/optimized"), (14.0, f"variants/{ATT}/1/thumbnail")]
+    b = refused_and_delayed(objects=objects)
+    b.run["scenario"] = {"name": "lease-renewal-delayed-and-refused", "checks": ["lease_renewal"]}
+    verdict = lease_renewal.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "window not hit" in verdict.summary, verdict.summary
+    assert any("no effect was due without a lease" in e["message"] for e in verdict.evidence)
+    # In a scenario that does not rely on it: valid, not exercised.
+    b.run["scenario"] = {"name": "other", "checks": []}
+    verdict = lease_renewal.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and not verdict.exercised
+    # The same run with the third write withheld (what a correct owner does once its lease ran out) hit the window:
+    # a write was due and none began; valid and exercised.
+    b = refused_and_delayed(objects=objects[:2] + objects[3:])
+    b.run["scenario"] = {"name": "lease-renewal-delayed-and-refused", "checks": ["lease_renewal"]}
+    verdict = lease_renewal.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    # And when the last write landed later (the slow render of the runs that caught it): invalid.
+    b = refused_and_delayed(objects=objects[:2] + [(8.2, f"variants/{ATT}/t1/optimized")] + objects[3:])
+    assert lease_renewal.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_a_held_claims_object_landing_only_after_the_window_closed_is_not_a_pass():
+    # The other way to miss (a render slow on a loaded machine): the stale owner's first write landed at 13.0, after
+    # the next claim (12.0) — outside the window, and at a key the job's ready does not name: whose it is cannot be
+    # told. Before the fix: valid and exercised (a write was due, none seen in the window); now unknown.
+    b = refused_and_delayed(objects=[(13.0, f"variants/{ATT}/t1/thumbnail"), (15.0, f"variants/{ATT}/1/thumbnail")])
+    b.run["scenario"] = {"name": "lease-renewal-delayed-and-refused", "checks": ["lease_renewal"]}
+    verdict = lease_renewal.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "after the window closed" in verdict.summary, verdict.summary
+    # Objects after the window that ready names (the new claim's) leave it proven.
+    b = refused_and_delayed(objects=[(15.0, f"variants/{ATT}/1/thumbnail")])
+    b.run["scenario"] = {"name": "lease-renewal-delayed-and-refused", "checks": ["lease_renewal"]}
+    verdict = lease_renewal.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
