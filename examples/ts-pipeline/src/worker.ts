@@ -7,13 +7,24 @@ import { Config, log } from "./config";
 import { logTransition, pool, tx } from "./db";
 import { connect, declareTopology, WORK_QUEUE } from "./broker";
 import * as failpoints from "./failpoints";
-import { render, RenderFailed, Rendition } from "./images";
+import type { Rendition } from "./images";
 import * as messages from "./messages";
 import * as metrics from "./metrics";
-import { Store } from "./s3";
+import type { Store } from "./s3";
+
+// sharp and the S3 client take seconds to load on a busy machine: the worker connects and consumes first (a claim
+// needs only the database), and loads them right after.
+type Heavy = { images: typeof import("./images"); store: Store };
 
 class LeaseLost extends Error {}
 class Expired extends Error {}
+// The store refused the request itself (403 AccessDenied, 400, 404): not an outage, retrying cannot help.
+class StorageRefused extends Error {}
+
+function refusedByStore(err: unknown): boolean {
+  const status = (err as { $metadata?: { httpStatusCode?: number } }).$metadata?.httpStatusCode;
+  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -41,13 +52,23 @@ type Settle = "ack" | "requeue" | "dead";
 
 export class Worker {
   private db: Pool;
-  private store: Store;
+  private heavyP?: Promise<Heavy>;
   private stopping = false;
   private inflight = 0;
 
   constructor(private cfg: Config) {
     this.db = pool(cfg, cfg.prefetch * 2 + 4);
-    this.store = new Store(cfg);
+  }
+
+  private heavy(): Promise<Heavy> {
+    if (!this.heavyP) {
+      this.heavyP = (async () => {
+        const images = await import("./images");
+        const { Store } = await import("./s3");
+        return { images, store: new Store(this.cfg) };
+      })();
+    }
+    return this.heavyP;
   }
 
   async run(): Promise<void> {
@@ -73,6 +94,7 @@ export class Worker {
         }, { noAck: false });
         tag = ok.consumerTag;
         log("worker consuming", { queue: WORK_QUEUE, prefetch: this.cfg.prefetch, identity: this.cfg.identity });
+        this.heavy().catch((err) => log("loading the image and storage modules failed", { error: String(err) }));
         channel.once("close", () => conn.close().catch(() => undefined));
         await Promise.race([closed, new Promise<void>((r) => channel.once("close", () => r()))]);
         log("worker lost its broker connection; reconnecting");
@@ -248,6 +270,7 @@ export class Worker {
       try {
         return await fn();
       } catch (err) {
+        if (refusedByStore(err)) throw new StorageRefused(`${what} refused by the store: ${String(err).slice(0, 200)}`);
         if (i >= 4) throw err;
         log(`${what} failed; retrying`, { job_id: c.taskId, error: String(err) });
         await sleep(Math.min(2000, 250 * Math.pow(2, i)));
@@ -256,18 +279,21 @@ export class Worker {
   }
 
   private async work(c: Claim): Promise<Settle> {
+    let RenderFailed: typeof import("./images").RenderFailed | undefined;
     try {
-      const original = await this.s3(c, "fetch of the original", () => this.store.get(c.origKey));
+      const { images, store } = await this.heavy();
+      RenderFailed = images.RenderFailed;
+      const original = await this.s3(c, "fetch of the original", () => store.get(c.origKey));
       await this.guard(c); // re-checks the deadline after a slow fetch
       const outs: Rendition[] = [];
       for (const name of c.variants) {
-        outs.push(await render(name, original, this.cfg.decodeTimeoutMs));
+        outs.push(await images.render(name, original, this.cfg.decodeTimeoutMs));
       }
       const keys = new Map<string, string>();
       for (const r of outs) {
         // Deterministic key per effect key (file, version, variant): a redelivery rewrites the same bytes.
         const key = `renditions/${c.fileId}/v${c.version}/${r.name}.${r.ext}`;
-        await this.s3(c, `write of ${r.name}`, () => this.store.put(key, r.body, r.contentType));
+        await this.s3(c, `write of ${r.name}`, () => store.put(key, r.body, r.contentType));
         keys.set(r.name, key);
       }
       await failpoints.hit("after_s3_write_before_commit");
@@ -280,7 +306,8 @@ export class Worker {
         return "requeue";
       }
       if (err instanceof Expired) return this.expire(c);
-      if (err instanceof RenderFailed) return this.finishError(c, err.code, err.message);
+      if (RenderFailed && err instanceof RenderFailed) return this.finishError(c, err.code, err.message);
+      if (err instanceof StorageRefused) return this.finishError(c, "storage_refused", err.message);
       return this.retry(c, String((err as Error).message || err));
     }
   }
