@@ -24,7 +24,9 @@ prefetch. So, from the traced deliveries of the work queue (``delivery`` lines w
   that many). Reaching the bound means the broker had a free slot it could not have had: at least one of them was
   acked while its job was unfinished — ``invalid``.
 
-Deliveries a consumer gives back (nack, a closed channel) are redelivered and so never counted; a job that reached
+The harness's own looks into the queue (management API gets, on a direct connection named ``<user@node...>``) are
+not a consumer's and are never judged. Deliveries a consumer gives back (nack, a closed channel) are redelivered and
+so never counted; a job that reached
 any outcome, or a recovery, is not counted from then on. Unknown (where a scenario relies on it) when deliveries were
 not traced, or the adapter declares no prefetch, or the work queue never showed a consumer (``basic.get`` ignores
 the prefetch). Exercised when a delivery was judged during a dependency fault.
@@ -141,6 +143,9 @@ def check(history, final, run) -> Verdict:
     for channel, items in by_channel.items():
         if channel == (None, None):
             continue  # the broker did not say which channel: nothing to count per consumer
+        if str(channel[0] or "").startswith("<"):
+            continue  # a direct (in-broker) connection: the harness's own looks through the management API (a
+            # basic.get, no prefetch), never a consumer of the implementation, whose connections are "ip:port -> ..."
         for i, x in enumerate(items):
             window = next((w for w in windows if w[0] <= x["wall"] <= w[1]), None)
             if window is None:

@@ -139,3 +139,15 @@ def test_a_job_recovered_before_the_next_delivery_is_no_longer_held_by_its_old_o
                         (8.0, "processing", "ready", 1, "worker")])
     verdict = check(b)
     assert verdict.status == VALID and verdict.exercised, verdict.summary
+
+
+def test_the_harness_own_look_into_the_queue_is_no_consumer():
+    """The management API's gets (a look with requeue after the drain) are traced as deliveries on a direct
+    connection: no prefetch bounds them, and they are never judged (a false alarm on a run of s3-write-denied)."""
+    b = outage()
+    for at, att in ((4.0, A), (4.0, B), (4.0, C)):
+        deliver(b, at, att, connection="<harness-17166@localhost.1796183877.6200.0>")
+    for att, start in ((A, 0.5), (B, 0.6), (C, 0.7)):
+        b.transitions(att, [(start, None, "queued", 1, "api")])
+    verdict = check(b)
+    assert verdict.status == UNKNOWN and "no delivery was handed out" in verdict.summary, verdict.summary
