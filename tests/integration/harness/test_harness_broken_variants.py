@@ -106,6 +106,12 @@ CASES = [
     # On SIGTERM the worker acks its in-flight deliveries unfinished and releases nothing: each job waits out its
     # lease and comes back by the sweeper's recovery as a new attempt (a rolling deploy spends attempts).
     ("ack_in_flight_on_sigterm", "rolling-deploy", {"graceful_stop"}),
+    # The worker acks (drops) its delivery when the database or the store fails while it holds it, recording
+    # nothing; lease recovery and the safety net finish the job later, so nothing is lost: the broker handing it a
+    # new delivery while its held ones were all of unfinished jobs proves the ack (BE-JOB-001.2/001.3; issue 20,
+    # item 2). The permanent-refusal variant s3_errors_as_outage is a command (its run waits out the whole drain):
+    # harness run s3-write-denied --seed 4242 --sut tests/broken/s3_errors_as_outage
+    ("ack_on_dependency_error", "database-outages-past-lease", {"dropped_delivery"}),
 ]
 # A variant the harness cannot judge and must say so: fault_coverage judges the harness (did every scheduled fault
 # happen?), so it is never invalid, but a window that was never entered leaves the scenario unknown, never valid.
