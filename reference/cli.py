@@ -5,7 +5,8 @@
     reference relay              outbox relay
     reference worker             job consumer
     reference sweeper            lease recovery and staging cleanup
-    reference replay ID --reason TEXT [--operator NAME]
+    reference replay ID --reason TEXT [--operator NAME] [--pipeline-version N]
+    reference operator-token (create NAME | revoke NAME | list)
     reference dlq list [--limit N]
     reference dlq replay (--message-id K | --job-id ID | --dead-reason TEXT | --older-than S | --all) --reason TEXT
 
@@ -31,9 +32,40 @@ from reference.settings import Settings
 log = logging.getLogger("reference")
 
 
+class ConfigurationRefused(SystemExit):
+    """Settings refused at start: one line per problem on stderr naming the setting, exit code 2."""
+
+
+def configuration_problems(error) -> list[str]:
+    """One line per problem of a pydantic ValidationError, each naming its setting (values of secrets and URLs
+    are not repeated)."""
+    lines = []
+    for problem in error.errors():
+        names = [str(part).upper() for part in problem.get("loc") or () if isinstance(part, str)]
+        message = str(problem.get("msg") or "invalid").removeprefix("Value error, ")
+        if names:
+            name = ".".join(names)
+            value = problem.get("input")
+            secret = any(word in name for word in ("URL", "KEY", "TOKEN", "SECRET", "PASSWORD"))
+            shown = "" if secret or value is None or isinstance(value, dict) else f"={str(value)[:80]!r}"
+            lines.append(f"{name}{shown}: {message}")
+        else:
+            lines.append(message)
+    return lines
+
+
 def _settings(role: str) -> Settings:
-    settings = Settings()
+    from pydantic import ValidationError
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        for line in configuration_problems(exc):
+            print(f"reference {role}: configuration refused: {line}", file=sys.stderr)
+        raise ConfigurationRefused(2) from None
     configure_logging(role, settings.log_level)
+    for warning in settings.start_warnings():
+        log.warning("configuration: %s", warning)
     return settings
 
 
@@ -152,8 +184,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     return _on_one_attachment(
         "replay", args.attachment_id,
-        lambda conn, settings, attachment_id: replay(conn, attachment_id, reason=args.reason, operator=args.operator,
-                                                     ttl_seconds=settings.job_ttl_seconds),
+        lambda conn, settings, attachment_id: replay(
+            conn, attachment_id, reason=args.reason, operator=args.operator, ttl_seconds=settings.job_ttl_seconds,
+            max_attempts=settings.max_attempts, max_replays=settings.effective_max_replays,
+            pipeline_version=args.pipeline_version, max_version=settings.served_pipeline_version_max),
         ReplayRefused,
         lambda done: {"attachment_id": str(done.attachment_id), "job_id": str(done.job_id), "attempt": done.attempt})
 
@@ -197,7 +231,9 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
 
     async def work(pool):
         return await dlq.replay_letters(settings, pool, selector, operator=args.operator,
-                                        reason=args.reason, ttl_seconds=settings.job_ttl_seconds)
+                                        reason=args.reason, ttl_seconds=settings.job_ttl_seconds,
+                                        max_attempts=settings.max_attempts,
+                                        max_replays=settings.effective_max_replays)
 
     try:
         done = asyncio.run(dlq.run_with_pool(settings, work))
@@ -206,6 +242,38 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(done, indent=2, default=str))
     return 0
+
+
+def cmd_operator_token(args: argparse.Namespace) -> int:
+    """Per-operator tokens of the admin API (issue 23 defect 11): create prints the token once (only its hash is
+    stored), revoke ends every live token of the name, list shows names and dates. Authority: the database
+    credentials."""
+    settings = _settings("operator-token")
+    from reference import operators
+    from reference.db.pool import connect
+
+    async def main() -> dict | list:
+        conn = await connect(settings, "reference-operator-token")
+        async with conn:
+            if args.token_command == "create":
+                return await operators.create(conn, args.name, args.operator)
+            if args.token_command == "revoke":
+                return await operators.revoke(conn, args.name, args.operator)
+            return await operators.listing(conn)
+
+    try:
+        done = asyncio.run(main())
+    except ValueError as exc:
+        print(json.dumps({"error": {"code": "invalid_name", "message": str(exc)}}))
+        return 2
+    except Exception as exc:
+        if getattr(exc, "sqlstate", None) == "23505":
+            print(json.dumps({"error": {"code": "exists", "message": f"{args.name} has a live token: revoke it "
+                                                                      f"first"}}))
+            return 1
+        raise
+    print(json.dumps(done, default=str))
+    return 0 if args.token_command != "revoke" or done["revoked"] else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,7 +288,18 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("attachment_id")
     replay.add_argument("--reason", required=True)
     replay.add_argument("--operator", default=None, help="who replays (default: the login name)")
+    replay.add_argument("--pipeline-version", type=int, default=None, dest="pipeline_version",
+                        help="level 5: the version whose job is replayed (default: the job the status shows)")
     replay.set_defaults(func=cmd_replay)
+    tokens = commands.add_parser("operator-token", help="per-operator tokens of the admin API: create, revoke, list")
+    token_commands = tokens.add_subparsers(dest="token_command", required=True)
+    for verb, text in (("create", "make a token for NAME (printed once; only its hash is stored)"),
+                       ("revoke", "end NAME's live token")):
+        one = token_commands.add_parser(verb, help=text)
+        one.add_argument("name")
+        one.add_argument("--operator", default=None, help="who does it (default: the login name)")
+        one.set_defaults(func=cmd_operator_token)
+    token_commands.add_parser("list", help="names and dates, never a token").set_defaults(func=cmd_operator_token)
     dlq = commands.add_parser("dlq", help="the dead-letter queue: list, replay (audited, idempotent)")
     dlq_commands = dlq.add_subparsers(dest="dlq_command", required=True)
     dlq_list = dlq_commands.add_parser("list", help="what is in the dead-letter queue (nothing is consumed)")

@@ -234,7 +234,7 @@ async def list_letters(broker, limit: int = LIST_LIMIT) -> dict:
 
 
 async def replay_letters(broker, pool, selector: Selector, *, operator: str, reason: str,
-                         ttl_seconds: float) -> dict:
+                         ttl_seconds: float, max_attempts: int, max_replays: int) -> dict:
     """Replay the dead letters ``selector`` takes; every letter looked at gets an audit row of the request."""
     reason, operator = (reason or "").strip(), (operator or "").strip()
     if not reason:
@@ -260,7 +260,7 @@ async def replay_letters(broker, pool, selector: Selector, *, operator: str, rea
             seen_keys.add(letter["message_key"])
             if letter["job_id"]:
                 seen_jobs.add(letter["job_id"])
-            outcome = await _replay_one(pool, letter, audit, ttl_seconds)
+            outcome = await _replay_one(pool, letter, audit, ttl_seconds, max_attempts, max_replays)
             results.append(outcome)
             if outcome["outcome"] != "unmappable":
                 await message.ack()  # after the commit: a lost ack leaves a duplicate, never a loss
@@ -281,7 +281,8 @@ async def replay_letters(broker, pool, selector: Selector, *, operator: str, rea
             "dead_letters_seen": depth, "counts": counts, "results": results}
 
 
-async def _replay_one(pool, letter: dict, audit: dict, ttl_seconds: float) -> dict:
+async def _replay_one(pool, letter: dict, audit: dict, ttl_seconds: float, max_attempts: int,
+                      max_replays: int) -> dict:
     base = {"message_key": letter["message_key"], "job_id": letter["job_id"],
             "attachment_id": letter["attachment_id"], "dead_reason": letter["reason"]}
     row = {**audit, **base, "job_attempt": letter["attempt"]}
@@ -307,14 +308,18 @@ async def _replay_one(pool, letter: dict, audit: dict, ttl_seconds: float) -> di
                 row["attachment_id"] = job["attachment_id"]
             if outcome == "replay" and job["state"] == "queued":
                 done = await (await conn.execute(queries().dlq_republish_queued, row)).fetchone()
-                outcome, detail = ("replayed", f"queued: published again (attempt {job['attempt']})") \
-                    if done["replayed"] else ("already_replayed", "replayed concurrently: nothing done")
-                return {**base, "attachment_id": str(job["attachment_id"]), "outcome": outcome, "detail": detail}
+                if done["replayed"]:  # its audit row was written by the same statement
+                    return {**base, "attachment_id": str(job["attachment_id"]), "outcome": "replayed",
+                            "detail": f"queued: published again (attempt {job['attempt']})"}
+                # Lost to a concurrent replay of the same job and attempt: audited as such (issue 23 defect 11).
+                outcome, detail = "already_replayed", "replayed concurrently: nothing done"
             if outcome == "replay":  # failed (original kept) or processing with a lapsed lease
                 if job["state"] == "failed":
-                    try:
-                        done = await replay(conn, job["attachment_id"], reason=f"dead letter: {audit['reason']}",
-                                            operator=audit["operator"], ttl_seconds=ttl_seconds)
+                    try:  # the letter's own job, never the attachment's other versions (issue 23 defect 5)
+                        done = await replay(conn, job["attachment_id"], job_id=job["job_id"],
+                                            reason=f"dead letter: {audit['reason']}", operator=audit["operator"],
+                                            ttl_seconds=ttl_seconds, max_attempts=max_attempts,
+                                            max_replays=max_replays, action="dlq_replay")
                         outcome, detail = "replayed", f"failed → queued, attempt {done.attempt}"
                     except ReplayRefused as exc:
                         outcome, detail = "already_terminal", exc.message

@@ -46,6 +46,9 @@ OUTBOX_PUBLISHED = Counter("reference_outbox_published_total", "Outbox rows publ
 OUTBOX_FAILURES = Counter("reference_outbox_publish_failures_total", "Publish failures by kind", ["kind"])
 SWEEPS = Counter("reference_sweeper_actions_total", "Sweeper actions", ["action"])
 REPLAYS = Counter("reference_replays_total", "Operator replays by outcome", ["outcome"])
+OPERATOR_AUTH_REFUSALS = Counter("reference_operator_auth_refusals_total",
+                                 "Admin API requests refused for a wrong operator token (403) or too many (429)",
+                                 ["status"])
 
 
 def render() -> tuple[bytes, str]:

@@ -28,6 +28,25 @@ class Reprocessed:
 
 async def reprocess(conn, attachment_id: uuid.UUID, *, pipeline_version: int, reason: str, operator: str,
                     variants: tuple[str, ...], ttl_seconds: float) -> Reprocessed:
+    """Every outcome, refused ones too, leaves an ``operator_audit`` row (issue 23 defect 11)."""
+    from reference import operators
+
+    audit = {"operator": operator.strip() or "unknown", "action": "reprocess", "attachment_id": attachment_id,
+             "reason": reason.strip()[:1000] or None}
+    try:
+        done = await _reprocess(conn, attachment_id, pipeline_version=pipeline_version, reason=reason,
+                                operator=operator, variants=variants, ttl_seconds=ttl_seconds)
+    except ReprocessRefused as exc:
+        await operators.audit(conn, **audit, outcome=exc.code, status=exc.status, detail=exc.message)
+        raise
+    await operators.audit(conn, **audit, job_id=done.job_id, outcome="created" if done.created else "exists",
+                          status=202 if done.created else 200,
+                          detail=f"pipeline version {done.pipeline_version}: job {done.state}")
+    return done
+
+
+async def _reprocess(conn, attachment_id: uuid.UUID, *, pipeline_version: int, reason: str, operator: str,
+                    variants: tuple[str, ...], ttl_seconds: float) -> Reprocessed:
     reason, operator = reason.strip(), operator.strip()
     if not reason:
         raise ReprocessRefused(400, "reason_required", "reprocessing needs a reason")

@@ -20,6 +20,10 @@ VARIANTS_BY_LEVEL: dict[int, tuple[str, ...]] = {
 }
 
 
+# The job message schema's maximum attempt number (schemas/jobs.schema.json, properties.attempt.maximum).
+SCHEMA_ATTEMPT_MAX = 1000
+
+
 def available_cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
@@ -43,7 +47,13 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 8000
     failpoints: str = ""
+    # The bootstrap operator token (empty: none): accepted by the admin API as the operator OPERATOR_TOKEN_NAME,
+    # next to the per-operator tokens of `reference operator-token` (hashed in the database; reference/operators.py).
     operator_token: str = ""
+    operator_token_name: str = Field("bootstrap", pattern=r"^[A-Za-z0-9._@-]{1,100}$")
+    # Wrong operator tokens from one client: after this many within the window, 429 + Retry-After for every token.
+    operator_auth_max_failures: int = Field(10, ge=1, le=10_000)
+    operator_auth_window_seconds: float = Field(300.0, gt=0)
 
     # --- pipeline shape ---
     level: int = 4  # 3 → [thumbnail]; 4 and 5 → [thumbnail, crop, optimized]
@@ -59,6 +69,9 @@ class Settings(BaseSettings):
 
     # --- retries (full jitter, base 1 s, cap 600 s, 20 attempts) ---
     max_attempts: int = Field(20, ge=1, le=1000)
+    # Operator replays of one job; each starts a new round of MAX_ATTEMPTS, and every attempt number must stay
+    # within the job message schema's maximum (SCHEMA_ATTEMPT_MAX). Unset: as many as fit.
+    max_replays: int | None = Field(None, ge=0, le=1000)
     retry_base_seconds: float = Field(1.0, gt=0)
     retry_cap_seconds: float = Field(600.0, gt=0)
 
@@ -90,7 +103,8 @@ class Settings(BaseSettings):
     # AMQP heartbeat: a stopped or hung consumer loses its connection after
     # about two missed beats and the broker returns its prefetched deliveries.
     # Default: the lease length, at least 5 s, at most 60 s.
-    amqp_heartbeat_seconds: int | None = Field(None, ge=0, le=600)
+    # 0 (heartbeats off) is refused at start: a hung peer would then hold its deliveries until TCP gives up.
+    amqp_heartbeat_seconds: int | None = Field(None, ge=1, le=600)
 
     # --- broker topology ---
     delivery_limit: int = Field(20, ge=1)
@@ -165,6 +179,38 @@ class Settings(BaseSettings):
                 f"({self.effective_prefetch}: PREFETCH, or WORKER_CONCURRENCY when PREFETCH is unset): a batch "
                 f"larger than the deliveries the broker may hand out at once never fills; raise PREFETCH")
         return self
+
+    @model_validator(mode="after")
+    def _attempts_fit_the_broker_and_the_schema(self) -> "Settings":
+        # Before the claim the worker counts deliveries against MAX_ATTEMPTS and dead-letters the message itself,
+        # with the cause, recorded on the job; a smaller broker limit would drop it first, without either.
+        if self.max_attempts > self.delivery_limit:
+            raise ValueError(
+                f"MAX_ATTEMPTS ({self.max_attempts}) must not exceed DELIVERY_LIMIT ({self.delivery_limit}): the "
+                f"broker would dead-letter a message before the worker's attempt budget is spent, without its cause "
+                f"and without recording it on the job; raise DELIVERY_LIMIT or lower MAX_ATTEMPTS")
+        fits = SCHEMA_ATTEMPT_MAX // self.max_attempts - 1
+        if self.max_replays is not None and self.max_replays > fits:
+            raise ValueError(
+                f"MAX_REPLAYS ({self.max_replays}) with MAX_ATTEMPTS ({self.max_attempts}): each replay starts a new "
+                f"round of MAX_ATTEMPTS attempts, and {self.max_replays + 1} rounds reach attempt "
+                f"{(self.max_replays + 1) * self.max_attempts}, past the job message schema's maximum "
+                f"({SCHEMA_ATTEMPT_MAX}); at most {fits} replays fit")
+        return self
+
+    @property
+    def effective_max_replays(self) -> int:
+        fits = SCHEMA_ATTEMPT_MAX // self.max_attempts - 1
+        return fits if self.max_replays is None else self.max_replays
+
+    def start_warnings(self) -> list[str]:
+        """Settings that are allowed but rarely meant (one line each, logged at start)."""
+        warnings = []
+        if self.effective_prefetch < self.worker_concurrency:
+            warnings.append(
+                f"PREFETCH ({self.effective_prefetch}) is below WORKER_CONCURRENCY ({self.worker_concurrency}): "
+                f"at most {self.effective_prefetch} of the {self.worker_concurrency} slots can ever be busy")
+        return warnings
 
     @property
     def variants(self) -> tuple[str, ...]:

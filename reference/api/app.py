@@ -40,6 +40,7 @@ from reference.db.pool import open_pool
 from reference.db.queries import queries
 from reference.failpoints import FailpointError, Failpoints
 from reference.inspection import inspect_image, sanitize_filename
+from reference.operators import FailureLimiter
 from reference.keys import staging_key
 from reference.replay import ReplayRefused, replay
 from reference.reprocess import ReprocessRefused, reprocess
@@ -52,7 +53,7 @@ IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 ERRORS = {
     status: {"model": ErrorResponse}
-    for status in (400, 401, 403, 404, 408, 409, 413, 415, 422, 503)
+    for status in (400, 401, 403, 404, 408, 409, 413, 415, 422, 429, 503)
 }
 UPLOAD_BODY = {
     "requestBody": {
@@ -98,6 +99,9 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
     app.state.store = ObjectStore.from_settings(settings) if connect else None
     app.state.failpoints = Failpoints(settings.failpoints)
     app.state.upload_gate = UploadGate(settings.max_concurrent_uploads)
+    app.state.operator_limiter = FailureLimiter(settings.operator_auth_max_failures,
+                                                settings.operator_auth_window_seconds)
+    app.state.operator_locked = {}
     app.state.decode_sandbox = DecodeSandbox(settings.upload_decode_workers, settings.upload_decode_timeout_seconds,
                                              settings.max_pixels, settings.max_side, settings.retry_after_seconds)
     errors.install(app, settings.retry_after_seconds)
@@ -267,12 +271,16 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
     @app.post("/v1/admin/attachments/{attachment_id}/replay", status_code=202, response_model=ReplayAccepted,
               responses=ERRORS, summary="Operator replay of a failed attachment")
     async def replay_attachment(attachment_id: str, body: ReplayRequest, operator: OperatorDep,
-                                settings: SettingsDep, pool: PoolDep):
+                                settings: SettingsDep, pool: PoolDep, request: Request):
         parsed = _parse_id(attachment_id)
-        try:
+        try:  # one job: the version named, else the one the attachment's status shows (issue 23 defect 5)
             async with pool.connection() as conn:
                 done = await replay(conn, parsed, reason=body.reason, operator=operator,
-                                    ttl_seconds=settings.job_ttl_seconds)
+                                    ttl_seconds=settings.job_ttl_seconds, max_attempts=settings.max_attempts,
+                                    max_replays=settings.effective_max_replays,
+                                    pipeline_version=body.pipeline_version,
+                                    max_version=settings.served_pipeline_version_max,
+                                    client=request.client.host if request.client else None)
         except ReplayRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
         return {"attachment_id": done.attachment_id, "job_id": done.job_id, "attempt": done.attempt}
@@ -330,7 +338,8 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
     async def _dlq_replay(dlq, selector, reason: str, operator: str, settings: Settings, pool):
         try:
             return await dlq.replay_letters(settings, pool, selector, operator=operator, reason=reason,
-                                            ttl_seconds=settings.job_ttl_seconds)
+                                            ttl_seconds=settings.job_ttl_seconds, max_attempts=settings.max_attempts,
+                                            max_replays=settings.effective_max_replays)
         except dlq.DlqRefused as exc:
             raise ApiError(exc.status, exc.code, exc.message) from None
         except ApiError:

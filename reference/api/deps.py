@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
@@ -40,23 +39,63 @@ StoreDep = Annotated[ObjectStore, Depends(get_store)]
 FailpointsDep = Annotated[Failpoints, Depends(get_failpoints)]
 
 
-def require_operator(
+async def require_operator(
+    request: Request,
     settings: SettingsDep,
     authorization: Annotated[str | None, Header()] = None,
-    x_operator: Annotated[str | None, Header()] = None,
 ) -> str:
-    """Bearer OPERATOR_TOKEN: 401 without credentials, 403 with wrong ones.
-    With no OPERATOR_TOKEN configured every token is wrong (admin disabled)."""
+    """The operator a bearer token names (issue 23 defect 11): a live per-operator token (``operator_tokens``,
+    hashed) is ``api:<name>``, the bootstrap OPERATOR_TOKEN is ``api:<OPERATOR_TOKEN_NAME>``; an ``X-Operator``
+    header is ignored. 401 without credentials (not counted), 403 with a wrong token (counted and audited), 429 +
+    Retry-After once the client sent OPERATOR_AUTH_MAX_FAILURES wrong tokens within OPERATOR_AUTH_WINDOW_SECONDS."""
+    from reference import operators
+
     if not authorization:
         raise ApiError(401, "unauthorized", "operator bearer token required", {"WWW-Authenticate": "Bearer"})
     scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise ApiError(401, "unauthorized", "operator bearer token required", {"WWW-Authenticate": "Bearer"})
-    expected = settings.operator_token
-    if not expected or not hmac.compare_digest(token.strip().encode(), expected.encode()):
+    client = request.client.host if request.client else "unknown"
+    limiter = request.app.state.operator_limiter
+    wait = limiter.retry_after(client)
+    if wait is not None:
+        if not getattr(request.app.state, "operator_locked", {}).get(client):  # the lockout audited once
+            request.app.state.operator_locked[client] = True
+            await _audit_refusal(request, client, "too_many_failures", 429,
+                                 f"{settings.operator_auth_max_failures} wrong tokens: locked for {wait} s")
+        raise ApiError(429, "too_many_failures", "too many wrong operator tokens from this client, retry later",
+                       {"Retry-After": str(wait)})
+    request.app.state.operator_locked.pop(client, None)
+    name = operators.bootstrap_identity(token, settings)
+    if name is None:
+        pool = request.app.state.pool
+        if pool is None:
+            raise ServiceUnavailable("database_unavailable", "the database is unavailable, retry later",
+                                     settings.retry_after_seconds)
+        async with pool.connection() as conn:
+            name = await operators.lookup(conn, token)
+    if name is None:
+        failures = limiter.failed(client)
+        await _audit_refusal(request, client, "forbidden", 403, f"wrong token ({failures} in the window)")
         raise ApiError(403, "forbidden", "the operator token is not valid")
-    name = (x_operator or "").strip()
-    return f"api:{name[:100]}" if name else "api"
+    return f"api:{name}"
+
+
+async def _audit_refusal(request: Request, client: str, outcome: str, status: int, detail: str) -> None:
+    from reference import metrics, operators
+
+    metrics.OPERATOR_AUTH_REFUSALS.labels(str(status)).inc()
+    pool = request.app.state.pool
+    if pool is None:
+        return
+    try:
+        async with pool.connection() as conn:
+            await operators.audit(conn, operator="unauthenticated", action="authenticate", outcome=outcome,
+                                  status=status, detail=f"{request.method} {request.url.path}: {detail}",
+                                  client=client)
+    except Exception:  # the refusal stands whether or not its audit row could be written
+        pass
 
 
 OperatorDep = Annotated[str, Depends(require_operator)]

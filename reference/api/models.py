@@ -93,6 +93,8 @@ class EventList(BaseModel):
 
 class ReplayRequest(BaseModel):
     reason: str = Field(min_length=1, max_length=1000)
+    # Level 5: the pipeline version whose job is replayed; unset, the job the attachment's status shows.
+    pipeline_version: int | None = Field(None, ge=1, le=1000)
 
 
 class ReprocessRequest(BaseModel):

@@ -317,14 +317,19 @@ WITH due AS (
 SELECT job_id, attachment_id FROM moved;
 
 -- name: replay_job
--- Operator: failed -> queued. Same job_id and effect keys, a new attempt that
--- starts a new attempt budget, an audit row, an event and an outbox row.
+-- Operator: failed -> queued, of ONE job (issue 23 defect 5: at level 5 an attachment has a job per pipeline
+-- version; a replay acts on the job it names, never on the attachment's other failed versions). Same job_id and
+-- effect keys, a new attempt that starts a new attempt budget, an audit row, an event and an outbox row. Refused
+-- (nothing returned) when the new round's attempts could pass the message schema's maximum, or past MAX_REPLAYS.
 WITH replayed AS (
     UPDATE jobs
        SET state = 'queued', attempt = attempt + 1, attempt_base = attempt,
            error_code = NULL, last_error = NULL, next_attempt_at = now(),
            expires_at = now() + make_interval(secs => %(ttl_seconds)s), updated_at = now()
-     WHERE attachment_id = %(attachment_id)s AND state = 'failed' AND original_purged_at IS NULL
+     WHERE job_id = %(job_id)s AND state = 'failed' AND original_purged_at IS NULL
+       AND attempt + %(max_attempts)s <= %(attempt_max)s
+       AND (SELECT count(*) FROM replay_audit r WHERE r.job_id = jobs.job_id AND r.from_attempt > 0)
+           < %(max_replays)s
     RETURNING job_id, attachment_id, attempt
 ), audit AS (
     INSERT INTO replay_audit (attachment_id, job_id, operator, reason, from_attempt, to_attempt)
@@ -513,6 +518,27 @@ SELECT job_id, attachment_id, attempt, pipeline_version FROM job;
 -- name: version_job
 SELECT j.job_id, j.attachment_id, j.attempt, j.pipeline_version, j.state
 FROM jobs j WHERE j.attachment_id = %(attachment_id)s AND j.pipeline_version = %(pipeline_version)s;
+
+-- name: replay_target
+-- Operator replay (issue 23 defect 5): the one job a replay acts on — the job named (job_id), else the attachment's
+-- job of the version named (pipeline_version), else the job its status shows (get_attachment's order) — with what
+-- a refusal needs to say.
+SELECT j.job_id, j.attachment_id, j.state, j.attempt, j.pipeline_version,
+       j.original_purged_at IS NOT NULL AS original_released
+FROM jobs j
+WHERE j.attachment_id = %(attachment_id)s
+  AND (%(job_id)s::uuid IS NULL OR j.job_id = %(job_id)s::uuid)
+  AND (%(pipeline_version)s::int IS NULL OR j.pipeline_version = %(pipeline_version)s::int)
+ORDER BY j.pipeline_version <= coalesce(%(max_version)s::int, j.pipeline_version) DESC,
+         j.state = 'ready' DESC,
+         CASE WHEN j.state = 'ready' THEN -j.pipeline_version ELSE j.pipeline_version END
+LIMIT 1;
+
+-- name: operator_audit
+-- Operator (issue 23 defect 11): one row per operator request and outcome, accepted or refused.
+INSERT INTO operator_audit (operator, action, attachment_id, job_id, outcome, status, detail, reason, client)
+VALUES (%(operator)s, %(action)s, %(attachment_id)s, %(job_id)s, %(outcome)s, %(status)s, %(detail)s, %(reason)s,
+        %(client)s);
 
 -- name: get_results
 SELECT variant, object_key, sha256, size, content_type, width, height

@@ -14,6 +14,7 @@ from reference_support import free_port, sample_jpeg, wait_for
 
 pytestmark = pytest.mark.integration
 
+# The bootstrap token (OPERATOR_TOKEN) is the operator "bootstrap"; X-Operator is ignored (issue 23 defect 11).
 TOKEN = {"Authorization": "Bearer op-token", "X-Operator": "alice"}
 WORK, DEAD = "attachments.jobs.process", "attachments.jobs.dead"
 
@@ -89,7 +90,7 @@ def test_dlq_list_replay_by_job_is_audited_idempotent_and_leaves_the_unmappable(
     audit = pipeline.sql("SELECT outcome, operator, reason, job_id::text AS job_id, message_key FROM dlq_replays "
                          "ORDER BY id")
     assert [(a["outcome"], a["operator"]) for a in audit] == [
-        ("replayed", "api:alice"), ("already_replayed", "api:alice"), ("unmappable", "bob")]
+        ("replayed", "api:bootstrap"), ("already_replayed", "api:bootstrap"), ("unmappable", "bob")]
     assert audit[0]["job_id"] == job_id and audit[0]["reason"] == "broker limit raised"
     assert audit[2]["message_key"] == "poison-1" and audit[2]["job_id"] is None
     assert httpx.post(f"{pipeline.api_url}/v1/admin/dlq/replay", json={"reason": "no selector"}, headers=TOKEN,

@@ -80,9 +80,9 @@ def test_file_pillow_rejects_fails_terminally_and_can_be_replayed_by_http(pipeli
     assert status["error_code"] == "decode_failed"
     events = pipeline.events(attachment_id)
     assert_event_path(events)
-    assert (events[3]["from"], events[3]["to"], events[3]["actor"]) == ("failed", "queued", "operator:api:carol")
+    assert (events[3]["from"], events[3]["to"], events[3]["actor"]) == ("failed", "queued", "operator:api:bootstrap")
     audit = pipeline.sql("SELECT operator, reason, from_attempt, to_attempt FROM replay_audit")
-    assert audit == [{"operator": "api:carol", "reason": "new decoder", "from_attempt": 1, "to_attempt": 2}]
+    assert audit == [{"operator": "api:bootstrap", "reason": "new decoder", "from_attempt": 1, "to_attempt": 2}]
 
 
 def test_transient_errors_retry_with_growing_jittered_delays_then_fail_then_cli_replay(pipeline):

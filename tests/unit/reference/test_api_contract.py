@@ -93,18 +93,60 @@ def test_bad_idempotency_key(client):
     assert (response.status_code, response.json()["error"]["code"]) == (400, "invalid_idempotency_key")
 
 
+class _Cursor:
+    def __init__(self, row):
+        self.row = row
+
+    async def fetchone(self):
+        return self.row
+
+
+class OperatorTokensPool:
+    """The database side of the admin API's authentication: ``tokens`` maps a token's SHA-256 to its operator;
+    every statement is recorded (the audit rows among them)."""
+
+    def __init__(self, tokens: dict[str, str] | None = None):
+        self.tokens, self.statements = dict(tokens or {}), []
+
+    def connection(self, *args, **kwargs):
+        import contextlib
+
+        pool = self
+
+        class Connection:
+            async def execute(self, sql, params=None):
+                pool.statements.append((sql, params))
+                if "FROM operator_tokens" in sql or "UPDATE operator_tokens" in sql:
+                    name = pool.tokens.get(params[0])
+                    return _Cursor({"name": name} if name else None)
+                return _Cursor(None)
+
+        @contextlib.asynccontextmanager
+        async def connect():
+            yield Connection()
+
+        return connect()
+
+    def audited(self) -> list[tuple]:
+        return [p for sql, p in self.statements if "INSERT INTO operator_audit" in sql]
+
+
 def test_replay_auth(client):
+    client.app.state.pool = OperatorTokensPool()
     url = "/v1/admin/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e/replay"
     assert client.post(url, json={"reason": "x"}).status_code == 401
     assert client.post(url, json={"reason": "x"}, headers={"Authorization": "Basic abc"}).status_code == 401
     response = client.post(url, json={"reason": "x"}, headers={"Authorization": "Bearer wrong"})
     assert (response.status_code, response.json()["error"]["code"]) == (403, "forbidden")
+    audited = client.app.state.pool.audited()  # the wrong token is audited; the missing ones are not guesses
+    assert [(a[0], a[1], a[4], a[5]) for a in audited] == [("unauthenticated", "authenticate", "forbidden", 403)]
 
 
-def test_admin_disabled_without_operator_token():
+def test_admin_without_operator_token_takes_only_per_operator_tokens():
+    """No OPERATOR_TOKEN: no bootstrap token; a token is valid only as a live per-operator token of the database."""
     app = create_app(Settings(operator_token=""), connect=False)
     with TestClient(app) as test_client:
-        app.state.pool = Untouchable()
+        app.state.pool = OperatorTokensPool()
         response = test_client.post("/v1/admin/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e/replay",
                                     json={"reason": "x"}, headers={"Authorization": "Bearer "})
         assert response.status_code == 401
@@ -112,6 +154,76 @@ def test_admin_disabled_without_operator_token():
                                     json={"reason": "x"}, headers={"Authorization": "Bearer anything"})
         assert response.status_code == 403
         app.state.pool = None
+
+
+def test_the_operator_is_who_the_token_names_never_x_operator():
+    """Issue 23 defect 11: the identity is the token's (per-operator: api:<name>; the bootstrap OPERATOR_TOKEN:
+    api:<OPERATOR_TOKEN_NAME>); whatever X-Operator says is ignored."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from reference.api.deps import require_operator
+    from reference.operators import token_hash
+
+    app = create_app(Settings(operator_token="boot-secret"), connect=False)
+    app.state.pool = OperatorTokensPool({token_hash("op_alice"): "alice"})
+    scope = {"type": "http", "method": "POST", "path": "/v1/admin/dlq", "headers": [], "query_string": b"",
+             "client": ("10.0.0.7", 5000), "app": app}
+
+    def who(token):
+        return asyncio.run(require_operator(Request(scope), app.state.settings, f"Bearer {token}"))
+
+    assert who("op_alice") == "api:alice"
+    assert who("boot-secret") == "api:bootstrap"
+    assert Settings(operator_token="t", operator_token_name="ops-oncall").operator_token_name == "ops-oncall"
+    with TestClient(app) as test_client:
+        app.state.pool = OperatorTokensPool({token_hash("op_alice"): "alice"})
+        answer = test_client.get("/v1/admin/dlq", headers={"Authorization": "Bearer nope", "X-Operator": "alice"})
+        assert answer.status_code == 403  # a name in a header is no credential
+        app.state.pool = None
+
+
+def test_wrong_tokens_are_limited_per_client_with_retry_after():
+    """Issue 23 defect 11: after OPERATOR_AUTH_MAX_FAILURES wrong tokens, 429 + Retry-After for every token (the
+    right one too) until the oldest failure leaves the window; a request without credentials is not counted."""
+    app = create_app(Settings(operator_token="boot-secret", operator_auth_max_failures=3,
+                              operator_auth_window_seconds=60), connect=False)
+    url = "/v1/admin/attachments/5f1d2c3b-8a9e-4b7c-9d0e-1f2a3b4c5d6e/replay"
+    with TestClient(app) as test_client:
+        app.state.pool = pool = OperatorTokensPool()
+        for _ in range(5):
+            assert test_client.post(url, json={"reason": "x"}).status_code == 401  # not counted
+        codes = [test_client.post(url, json={"reason": "x"}, headers={"Authorization": f"Bearer guess-{n}"})
+                 .status_code for n in range(3)]
+        assert codes == [403, 403, 403]
+        locked = test_client.post(url, json={"reason": "x"}, headers={"Authorization": "Bearer boot-secret"})
+        assert locked.status_code == 429 and locked.json()["error"]["code"] == "too_many_failures"
+        assert 1 <= int(locked.headers["retry-after"]) <= 60
+        again = test_client.post(url, json={"reason": "x"}, headers={"Authorization": "Bearer guess-9"})
+        assert again.status_code == 429
+        assert [(a[4], a[5]) for a in pool.audited()] == [("forbidden", 403)] * 3 + [("too_many_failures", 429)]
+        app.state.pool = None
+
+
+def test_the_failure_limiter_forgets_failures_past_the_window():
+    from reference.operators import FailureLimiter
+
+    now = [100.0]
+    limiter = FailureLimiter(2, 10.0, clock=lambda: now[0])
+    assert limiter.retry_after("a") is None
+    limiter.failed("a")
+    now[0] = 104.0
+    limiter.failed("a")
+    assert limiter.retry_after("a") == 6 and limiter.retry_after("b") is None  # per client
+    now[0] = 110.5  # the first failure left the window
+    assert limiter.retry_after("a") is None
+    limiter.failed("a")
+    assert limiter.retry_after("a") == 4
+    small = FailureLimiter(1, 10.0, clock=lambda: now[0], max_clients=2)
+    for client in ("x", "y", "z"):
+        small.failed(client)
+    assert len(small._failures) == 2  # bounded memory
 
 
 def test_unknown_routes_use_the_error_envelope(client):

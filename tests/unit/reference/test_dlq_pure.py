@@ -63,7 +63,8 @@ def test_both_quorum_queues_declare_their_delivery_limit_explicitly():
     from reference import topology
     from reference.settings import Settings
 
-    config = topology.config_from_settings(Settings(delivery_limit=7, dead_letter_delivery_limit=123_456))
+    config = topology.config_from_settings(Settings(delivery_limit=7, max_attempts=7,
+                                                            dead_letter_delivery_limit=123_456))
     assert config.queue_arguments()["x-delivery-limit"] == 7
     assert config.dead_letter_queue_arguments()["x-delivery-limit"] == 123_456
     assert topology.TopologyConfig().dead_letter_queue_arguments()["x-delivery-limit"] >= 1_000_000

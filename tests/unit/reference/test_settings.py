@@ -56,3 +56,67 @@ def test_database_url_conversion():
     assert to_libpq_url("postgresql+psycopg://h/db") == "postgresql://h/db"
     with pytest.raises(ValueError):
         to_libpq_url("mysql://h/db")
+
+
+# --- validated at start-up (issue 23): a clear refusal naming the setting, not a late failure ---------------------
+
+def _refusal(monkeypatch, capsys, env: dict, role: str = "worker") -> list[str]:
+    """Start ``reference ROLE`` with ``env``: it must exit 2 before touching a service, with one line per problem."""
+    from reference import cli
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main([role])
+    assert stopped.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert all(line.startswith(f"reference {role}: configuration refused: ") for line in lines), lines
+    return lines
+
+
+def test_max_attempts_above_the_queues_delivery_limit_is_refused_at_start(monkeypatch, capsys):
+    lines = _refusal(monkeypatch, capsys, {"MAX_ATTEMPTS": "30", "DELIVERY_LIMIT": "20"})
+    assert len(lines) == 1 and "MAX_ATTEMPTS (30) must not exceed DELIVERY_LIMIT (20)" in lines[0]
+    assert Settings(max_attempts=20, delivery_limit=20).max_attempts == 20  # equal is fine
+
+
+def test_heartbeat_zero_is_refused_at_start(monkeypatch, capsys):
+    lines = _refusal(monkeypatch, capsys, {"AMQP_HEARTBEAT_SECONDS": "0"}, role="relay")
+    assert len(lines) == 1 and lines[0].split(": configuration refused: ")[1].startswith("AMQP_HEARTBEAT_SECONDS='0'")
+
+
+def test_replays_that_would_pass_the_schemas_attempt_maximum_are_refused_at_start(monkeypatch, capsys):
+    lines = _refusal(monkeypatch, capsys, {"MAX_ATTEMPTS": "20", "MAX_REPLAYS": "50"}, role="api")
+    assert len(lines) == 1 and lines[0].split(": configuration refused: ")[1].startswith("MAX_REPLAYS (50)")
+    assert "at most 49 replays fit" in lines[0]
+    monkeypatch.delenv("MAX_REPLAYS")
+    assert Settings(max_attempts=20, max_replays=49).effective_max_replays == 49
+    assert Settings(max_attempts=20).effective_max_replays == 49  # unset: as many as fit
+    assert Settings(max_attempts=5).effective_max_replays == 199
+
+
+def test_several_problems_are_one_line_each_and_secrets_are_not_repeated(monkeypatch, capsys):
+    lines = _refusal(monkeypatch, capsys, {"AMQP_HEARTBEAT_SECONDS": "0", "OPERATOR_TOKEN_NAME": "bad name!",
+                                           "OPERATOR_TOKEN": "s3cret-value"})
+    assert len(lines) == 2
+    assert lines[0].split("refused: ")[1].startswith("OPERATOR_TOKEN_NAME") or \
+        lines[1].split("refused: ")[1].startswith("OPERATOR_TOKEN_NAME")
+    assert not any("s3cret-value" in line for line in lines)
+
+
+def test_a_prefetch_below_the_concurrency_is_warned_not_refused():
+    """The load curve measures prefetch 1 at concurrency 2 on purpose: allowed, with one warning line at start."""
+    assert Settings(prefetch=1, worker_concurrency=4).start_warnings() == [
+        "PREFETCH (1) is below WORKER_CONCURRENCY (4): at most 1 of the 4 slots can ever be busy"]
+    assert Settings(prefetch=4, worker_concurrency=4).start_warnings() == []
+    assert Settings(prefetch=16, worker_concurrency=4).start_warnings() == []
+
+
+def test_the_schemas_attempt_maximum_is_the_one_settings_use():
+    import json
+    from pathlib import Path
+
+    from reference.settings import SCHEMA_ATTEMPT_MAX
+
+    schema = json.loads((Path(__file__).resolve().parents[3] / "schemas" / "jobs.schema.json").read_text())
+    assert schema["properties"]["attempt"]["maximum"] == SCHEMA_ATTEMPT_MAX
