@@ -72,7 +72,7 @@ ITEMS: tuple[Item, ...] = (
          (("duplicate_effects",), ("copies_raced:raced",))),
     Item("BE-JOB-003.1", "тест временной и постоянной ошибки",
          "a transient error is retried to success, a permanent one ends terminal", 3,
-         ("bounded_retries", "lost_accepted_work", "delivery_accounting")),
+         ("bounded_retries", "lost_accepted_work", "delivery_accounting", "permanent_failure")),
     Item("BE-JOB-003.2", "тест достижения лимита и наблюдаемого терминального результата",
          "a transient fault that outlasts the retry budget ends failed at the attempt limit with an error_code; "
          "delays grow and spread", 3,

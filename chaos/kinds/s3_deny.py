@@ -78,10 +78,10 @@ ONCE = True
 
 
 def draw(rng, pick) -> dict:
-    """For ``harness soak``: a refusal lifted after a while (a correct implementation then retries within its
-    budget, or ends failed with an error_code while it was in force, which lost_accepted_work counts as an outcome),
-    in force during the workload (the API's own staging writes may be refused too: 503, retried)."""
-    return {"action": ACTION, "at": pick.at, "after_workload": False, "duration": round(rng.uniform(0.5, 2.0), 2)}
+    """For ``harness soak``: a refusal once the workload has ended, lifted after a while (a correct implementation
+    retries within its budget, or ends failed with an error_code while it was in force, which lost_accepted_work
+    counts as an outcome of a transient fault)."""
+    return {"action": ACTION, "at": pick.at, "duration": round(rng.uniform(0.5, 2.0), 2)}
 
 
 def run(ctx, step) -> None:

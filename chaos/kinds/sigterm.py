@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import time
 
+from ..failpoints import failpoints_value
 from . import first_delay
 
 ACTION = "sigterm"
@@ -37,10 +38,12 @@ def run(ctx, step) -> None:
         if n:
             wait_for_consumers(ctx, step, before)
             time.sleep(float(step.get("between", 1.0)))
+        armed = dict(ctx.supervisor.instances[name].armed or {})
         stop_gracefully(ctx, step, name)
         time.sleep(float(step.get("restart_after", 0.5)))
         if name not in ctx.held and not ctx.stopping.is_set():
-            ctx.supervisor.ensure_running(name, {"FAILPOINTS": ""})
+            # Started as it ran: a failpoint armed on it stays armed (a deploy does not disarm a fault under test).
+            ctx.supervisor.ensure_running(name, {"FAILPOINTS": failpoints_value(armed)})
     time.sleep(float(step.get("hold_seconds", 0)))
     ctx.release(step)
 

@@ -18,7 +18,7 @@ from harness.schemas import REPO_ROOT
 REFERENCE = adapter_mod.load("reference")
 GO = adapter_mod.load(REPO_ROOT / "examples" / "go-pipeline" / "adapter.toml")
 RUNNER_ACTIONS = {"failpoint", "sigkill", "sigstop", "toxic", "restart_service", "republish", "replay",
-                  "start_instance", "hold", "inject", "permute", "s3_deny"}
+                  "start_instance", "hold", "inject", "permute", "s3_deny", "sigterm"}
 
 
 def _variant(base, **changes):
@@ -72,7 +72,7 @@ def test_the_schedule_targets_only_what_the_adapter_defines():
             for f in faults:
                 if f["action"] == "failpoint":
                     assert adapter.window_role(f["window"]) in roles
-                if f["action"] in ("sigkill", "sigstop", "toxic") and f.get("role"):
+                if f["action"] in ("sigkill", "sigstop", "sigterm", "toxic") and f.get("role"):
                     assert f["role"] in roles
                 if f["action"] == "start_instance":
                     assert f["role"] in consumers
