@@ -12,7 +12,8 @@ UPLOAD_SECONDS = Histogram(
 JOBS = Counter(
     "reference_jobs_total",
     "Deliveries handled by the worker, by outcome "
-    "(ready, retried, failed, expired, noop_ready, noop_terminal, stale, busy, poison, fenced, lease_lost, deferred)",
+    "(ready, retried, failed, expired, noop_ready, noop_terminal, stale, busy, poison, fenced, lease_lost, deferred; "
+    "storage_waited: a job that waited out an object-store outage; render_retried: a cheap render retried once)",
     ["outcome"],
 )
 # BE-JOB-005: expiry has a metric of its own, on every role that can expire a job. Labels: ``role`` (worker,

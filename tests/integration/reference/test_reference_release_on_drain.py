@@ -1,8 +1,8 @@
 """Issue 23 defect 2: a job released on drain gets a message of its own.
 
 Worker A holds a job (paused after its S3 writes, before the commit). A broker connection loss (what a node loss
-does to A; here the broker's proxy is cut for a second) returns A's unacked delivery to the queue, and worker B,
-started after it, takes that copy while A still holds the job: B acks it as ``busy``. Then A is stopped (SIGTERM):
+does to A; here the broker's proxy is cut for a second) returns A's unacked delivery to the queue, and worker B
+takes that copy while A still holds the job: B acks it as ``busy``. Then A is stopped (SIGTERM):
 its drain releases the job ``processing → queued`` with the same attempt. The unfixed release wrote no outbox row,
 assuming A's unacked delivery would come back — but that copy was already acked by B, so the job had no message
 at all and waited for the lost-message safety net, which fires only while the work queue holds nothing ready
@@ -18,24 +18,31 @@ import time
 
 import pytest
 
-from reference_support import sample_jpeg, wait_for
+from reference_support import roles_from, sample_jpeg, wait_for
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.timeout(150)
-def test_a_job_released_on_drain_after_its_copy_was_acked_elsewhere_gets_a_message(pipeline, stack):
-    pipeline.start_all(roles=("api", "relay", "sweeper"))
-    worker_a = pipeline.start("worker", name="worker-a", SHUTDOWN_GRACE_SECONDS="2",
+def test_a_job_released_on_drain_after_its_copy_was_acked_elsewhere_gets_a_message(pipeline, stack, monkeypatch):
+    roles_from(pipeline, monkeypatch)  # REFERENCE_UNDER_TEST=<a checkout>: the roles of another commit
+    # Two workers, both with the pause: whichever claims the job holds it (A); the other one (B) gets the copy.
+    started = [pipeline.start(role, wait=False) for role in ("api", "relay", "sweeper")]
+    workers = [pipeline.start("worker", name=name, wait=False, SHUTDOWN_GRACE_SECONDS="2",
                               FAILPOINTS="after_s3_write_before_commit=1*pause(20000)")
+               for name in ("worker-1", "worker-2")]
+    for role in started + workers:
+        pipeline.wait_ready(role)
     attachment_id = pipeline.upload(sample_jpeg(82, size=(320, 240))).json()["attachment_id"]
-    wait_for(lambda: "FAILPOINT after_s3_write_before_commit fired" in worker_a.log(), 30,
-             what="worker A holding the job before its commit")
+    worker_a = wait_for(lambda: next((w for w in workers if "FAILPOINT after_s3_write_before_commit fired" in w.log()),
+                                     None), 30, what="a worker holding the job before its commit")
+    (worker_b,) = [w for w in workers if w is not worker_a]
+    print(f"{worker_a.name} holds the job; {worker_b.name} takes the copy")
 
     stack.toxiproxy.cut("rabbitmq")  # A's broker connection drops: its unacked delivery goes back to the queue
     time.sleep(1.0)
     stack.toxiproxy.restore("rabbitmq")
-    worker_b = pipeline.start("worker", name="worker-b")
+    # A consumes again only once the job it holds is done (a new session waits for the deliveries of the old one).
     wait_for(lambda: ": busy (state processing" in worker_b.log(), 20, what="worker B acking the copy as busy")
 
     worker_a.signal_group(signal.SIGTERM)
