@@ -109,9 +109,12 @@ CASES = [
     # The worker acks (drops) its delivery when the database or the store fails while it holds it, recording
     # nothing; lease recovery and the safety net finish the job later, so nothing is lost: the broker handing it a
     # new delivery while its held ones were all of unfinished jobs proves the ack (BE-JOB-001.2/001.3; issue 20,
-    # item 2). The permanent-refusal variant s3_errors_as_outage is a command (its run waits out the whole drain):
-    # harness run s3-write-denied --seed 4242 --sut tests/broken/s3_errors_as_outage
+    # item 2).
     ("ack_on_dependency_error", "database-outages-past-lease", {"dropped_delivery"}),
+    # Every object-store error, a 403 included, is waited out like an outage, forever: against a store that refuses
+    # every write to the end of the run no job ends (BE-JOB-003.1; issue 20, item 11). Its run waits out the whole
+    # drain (20 s).
+    ("s3_errors_as_outage", "s3-write-denied", {"permanent_failure", "lost_accepted_work"}),
 ]
 # A variant the harness cannot judge and must say so: fault_coverage judges the harness (did every scheduled fault
 # happen?), so it is never invalid, but a window that was never entered leaves the scenario unknown, never valid.
