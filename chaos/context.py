@@ -59,6 +59,7 @@ class FaultContext:
     instance_env: Callable[[str, str], dict] = lambda name, role: {}
     after_release: Callable[[list[str]], None] = lambda names: None
     observer: ObserverView | None = None
+    objects: Any = None  # the run's object watcher (scenario watch_objects): the object_written trigger reads it
     workload_started: float = 0.0
     workload_done: threading.Event = field(default_factory=threading.Event)
     # Shared state of the nemesis.
@@ -136,6 +137,14 @@ class FaultContext:
             return bool(self.broker.tap.tapped())
         if when == "idle":
             return self.workload_done.is_set() and all(states.get(a) in TERMINAL for a in observer.ids)
+        if when == "object_written":
+            # A consumer's effect reached the bucket: with a job seen processing (so every accepted upload is known),
+            # the object watch has seen more keys than uploads were accepted (each stages one original), so at least
+            # one is a variant — a claim has begun writing. Needs watch_objects; an original staged by an upload not
+            # yet answered (several at once) or never accepted may set it off early.
+            seen = getattr(self.objects, "seen", None)
+            return (seen is not None and any(s == "processing" for s in list(states.values()))
+                    and len(seen) > len(observer.ids))
         raise ValueError(f"unknown trigger {when!r}")
 
     # --- holds ----------------------------------------------------------------------------------

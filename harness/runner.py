@@ -295,6 +295,7 @@ class ScenarioRun:
                 self.objects = ObjectWatcher(self.env_direct, self.history)
                 self.history.append("phase", name="object_watch_start", bucket=self.objects.bucket)
                 self.objects.start()
+                self.faults.objects = self.objects  # the object_written trigger
             if self.scenario.raw.get("exactness") == "approximate":
                 self.tap.trace_deliveries()  # a timed kill's evidence of its window: redeliveries (fault_coverage)
             self.tap.start()

@@ -19,8 +19,8 @@ still held. Either way ``invalid``, with the measured time (``lease_claim``).
 from __future__ import annotations
 
 from .ack_after_commit import in_flight_at
-from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, level_of, role_kind,
-                   seed_of, timing, transitions_of)
+from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, level_of,
+                   parse_time, role_kind, seed_of, timing, transitions_of)
 
 NAME = "lease_ownership"
 REQUIREMENTS = ["BE-JOB-006"]
@@ -30,6 +30,9 @@ TIMINGS = ("lease_seconds",)
 LEASE_CLAIM_SLACK_SECONDS = 1.0
 # A transition stamped this close to the moment the harness took the owner down may be the owner's own last word.
 OWNER_LAST_WORD_SECONDS = 0.1
+# An object's Last-Modified (S3's clock) against a claim's time (the implementation's database clock): this much
+# besides the second Last-Modified truncates.
+STALE_RESULT_SLACK_SECONDS = 0.5
 
 
 def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]:
@@ -114,6 +117,60 @@ def stale_commits(trans: list[dict]) -> list[tuple[dict, dict, dict]]:
     return out
 
 
+def _named_versions(history, record: dict, attachment_id: str) -> list[tuple[str, float, dict]]:
+    """(key, Last-Modified, the line it came from) of each object the attachment's ``ready`` names, as it stood when
+    ready was first seen (the ready snapshot's HEAD), else as the final read found it."""
+    out = []
+    body = record.get("body") or {}
+    snaps = {}
+    for e in history.of_type("snapshot"):
+        if e.get("attachment_id") == attachment_id and e.get("exists") and e.get("key") not in snaps:
+            snaps[e.get("key")] = e
+    for variant in body.get("variants") or []:
+        key = variant.get("key")
+        seen = snaps.get(key) or ((record.get("objects") or {}).get(key) or {})
+        landed = parse_time(seen.get("last_modified"))
+        if key and landed is not None:
+            out.append((key, landed, seen))
+    return out
+
+
+def stale_results(history, record: dict, attachment_id: str, trans: list[dict]) -> list[dict]:
+    """Fencing judged from the effects the harness sees itself, not from the event log: the objects ``ready`` names
+    must be the committing claim's. When a job was claimed more than once before its ``ready``, the claim that
+    committed is the newest (a fenced commit is refused to every older one), and a new claim writes its variants
+    again (CONTRACT §6: to the same keys or to keys of its own). So an object ``ready`` names whose bytes landed
+    (Last-Modified, whole seconds, S3's clock) surely before the newest claim began, and after the first claim began,
+    was written by an older claim: the published result is a stale owner's, whatever actor and attempt its event
+    carries (an event written from the row as it stands — a trigger — names the current owner on a stale commit)."""
+    if (record.get("body") or {}).get("state") != "ready":
+        return []
+    ready = next((t for t in trans if t["from"] == "processing" and t["to"] == "ready" and t["at"] is not None), None)
+    if ready is None:
+        return []
+    claims = [t for t in trans if t["to"] == "processing" and t["at"] is not None and (t["seq"] or 0) < (ready["seq"] or 0)]
+    if len(claims) < 2:
+        return []
+    first, newest = claims[0], claims[-1]
+    out = []
+    for key, landed, seen in _named_versions(history, record, attachment_id):
+        # Last-Modified is stamped when the write lands and truncated to the second: it landed in [landed, landed+1).
+        if not (landed + 1.0 + STALE_RESULT_SLACK_SECONDS <= newest["at"] and landed + 1.0 > first["at"]):
+            continue
+        older = [c for c in claims[:-1] if c["at"] <= landed + 1.0]
+        out.append(evidence(
+            f"ready names {key!r}, which landed (Last-Modified {seen.get('last_modified')}) before the claim that "
+            f"committed began ({newest['at_text']}): the published result is an older claim's "
+            f"({older[-1]['at_text'] if older else first['at_text']}) — a stale owner's commit, though its event "
+            f"names {ready.get('actor')!r}, attempt {ready.get('attempt')}",
+            attachment_id=attachment_id, key=key, last_modified=seen.get("last_modified"),
+            newest_claim_at=newest["at_text"], newest_claim_actor=newest.get("actor"),
+            older_claim_at=(older[-1] if older else first)["at_text"], commit_at=ready["at_text"],
+            commit_actor=ready.get("actor"), commit_attempt=ready.get("attempt"),
+            events=[seen] if seen.get("seq") else []))
+    return out
+
+
 def recovery_held(history, run, stop: dict, cont: dict | None) -> list[str]:
     """The recovering roles (other than the paused one) kept stopped from before the pause until after it ended:
     their names, or [] when none were (or the adapter flags none)."""
@@ -156,6 +213,9 @@ def check(history, final, run) -> Verdict:
                 f"stale owner ({older['actor']}, claim of {older['at_text']}) committed {t['from']}→{t['to']} after "
                 f"a newer claim by {newer['actor']} at {newer['at_text']} (the commit carries attempt {t['attempt']})",
                 attachment_id=attachment_id, seq=t["seq"], at=t["at_text"]))
+        if not any(p.get("attachment_id") == attachment_id for p in problems):
+            problems += stale_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
+                                      attachment_id, trans)
     claimed, measured = lease_claim(history, final, run, ids)
     problems += claimed
     exercised = False

@@ -28,6 +28,14 @@ queue's counts are then its own):
 
 Exercised only when a consumer was paused past its lease while holding a job, with recovery held from before the
 pause to the end of the probe, and the probe saw the job after the wake-up.
+
+**After a recovery** (recovery not held; the job left ``processing`` while its owner slept): the seed says a lost
+lease must not lead to the message being acknowledged, recovered or not. The owner's delivery (the last delivery
+of the job's message the broker's firehose traced before the pause, while the paused instance was the only consumer
+instance) must be given back — nacked or returned with its channel — which shows as a redelivery of the same message
+(same bytes, ``redelivered``) after the pause began. None by the end of the run, with the work queue empty at the
+final read (nothing returned and still waiting there): the old owner settled it → ``invalid``. Not judged without a
+traced delivery of the job before the pause.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ NAME = "stale_ack"
 REQUIREMENTS = ["BE-JOB-006"]
 TIMINGS = ("lease_seconds",)
 DEFAULT_STATS_LAG = 1.5
+TRACE_LAG_SECONDS = 1.0
 MIN_SAMPLES = 3
 
 
@@ -106,6 +115,65 @@ def judge(attachment_id: str, samples: list[dict], lag: float) -> tuple[str, str
                     f"the statistics lag ({lag:g}s), inconclusive", facts
 
 
+def only_consumer(history, consumers: frozenset[str], stop: dict) -> bool:
+    """Whether the paused instance was the only consumer instance started before the pause (so every delivery traced
+    before it went to the paused owner)."""
+    started = {e.get("role") for e in history.of_type("role") if e.get("action") == "start"
+               and role_kind(e.get("role")) in consumers and e["wall"] <= stop["wall"]}
+    return started <= {stop.get("role")}
+
+
+def given_back(history, final, attachment_id: str, trans: list[dict], stop: dict, cont: dict) -> tuple[str, str, dict]:
+    """(status, why, facts) for the delivery a paused owner held when its job was recovered while it slept."""
+    deliveries = [e for e in history.of_type("delivery") if e.get("attachment_id") == attachment_id]
+    # The firehose's copy of a delivery reaches the harness a little after the delivery itself (which came before the
+    # claim, and the claim before the pause): a line up to TRACE_LAG_SECONDS after the pause is still the owner's.
+    flight = in_flight_at(trans, stop["wall"]) or {}
+    held = [e for e in deliveries if e["wall"] < stop["wall"] + TRACE_LAG_SECONDS
+            and (not isinstance(e.get("attempt"), int) or not isinstance(flight.get("attempt"), int)
+                 or e["attempt"] <= flight["attempt"])]
+    if not held:
+        return UNKNOWN, "no delivery of the job was traced before the pause (firehose)", {}
+    mine = held[-1]
+    facts = {"delivery_line": mine["seq"], "delivered_wall": mine["wall"], "message_sha256": mine.get("sha256")}
+    again = next((e for e in deliveries if e["seq"] > mine["seq"] and e.get("sha256") == mine.get("sha256")
+                  and e.get("redelivered")), None)
+    if again is not None:
+        return VALID, "its delivery was given back after the pause (the same message redelivered)", {
+            **facts, "redelivered_line": again["seq"], "redelivered_wall": again["wall"]}
+    work = ((final or {}).get("queues") or {}).get("work") or {}
+    if not final or work.get("ready") is None:
+        return UNKNOWN, "no redelivery of its message traced, and the work queue's depth at the end is unknown", facts
+    if work.get("ready"):
+        return UNKNOWN, f"no redelivery of its message traced, but {work['ready']} messages were still in the work " \
+                        "queue at the end (it may have been given back late)", facts
+    return INVALID, "the old owner woke past its lost lease (the job was recovered while it slept) and " \
+                    "its delivery was never seen again: settled (acked) instead of given back — a lost lease led to " \
+                    "the message being acknowledged", facts
+
+
+def after_recovery(history, final, run, consumers, ids, stop, cont, lease) -> list[tuple[str, dict]]:
+    """(status, evidence) for each job a paused owner held whose job was recovered while it slept (recovery not
+    held): was its delivery given back? [] when there is none, or the deliveries cannot be attributed."""
+    if not only_consumer(history, consumers, stop):
+        return []
+    out = []
+    for attachment_id in ids:
+        trans = transitions_of(history, final or {}, attachment_id)
+        flight = in_flight_at(trans, stop["wall"])
+        if flight is None:
+            continue
+        left = next((t for t in trans if (t["seq"] or 0) > (flight["seq"] or 0) and t["at"] is not None), None)
+        if left is None or left["from"] != "processing" or left["to"] not in ("queued", "failed") \
+                or left["at"] >= cont["wall"]:
+            continue  # not recovered while it slept (or ended by the owner itself)
+        status, why, facts = given_back(history, final, attachment_id, trans, stop, cont)
+        out.append((status, evidence(why, attachment_id=attachment_id, events=[stop, cont], attempt=flight["attempt"],
+                                     paused_seconds=round(cont["wall"] - stop["wall"], 2), lease_seconds=lease,
+                                     recovered_at=left["at_text"], **facts)))
+    return out
+
+
 def check(history, final, run) -> Verdict:
     consumers, recovering = consumer_roles(run), recovering_roles(run)
     paused = pauses(history, consumers)
@@ -133,6 +201,11 @@ def check(history, final, run) -> Verdict:
             continue
         probe = next(((s, e) for s, e in probes if s["seq"] > cont["seq"]), None)
         if probe is None:
+            judged = after_recovery(history, final, run, consumers, ids, stop, cont, lease)
+            if judged:
+                for status, item in judged:
+                    {VALID: proven, INVALID: problems, UNKNOWN: unknowns}[status].append(item)
+                continue
             notes.append(f"pause at line {stop['line']}: no probe after the wake-up")
             continue
         p_start, p_end = probe
@@ -140,6 +213,11 @@ def check(history, final, run) -> Verdict:
         hold = next((h for h in hold_intervals(history, others) if h[0] <= stop["wall"]
                      and (h[1] is None or (p_end is not None and h[1] >= p_end["wall"]))), None) if others else True
         if hold is None:
+            judged = after_recovery(history, final, run, consumers, ids, stop, cont, lease)
+            if judged:
+                for status, item in judged:
+                    {VALID: proven, INVALID: problems, UNKNOWN: unknowns}[status].append(item)
+                continue
             notes.append(f"pause at line {stop['line']} not probed: {', '.join(sorted(others))} not held from before "
                          "the pause to the end of the probe (a recovery could mask a lost delivery)")
             continue
@@ -168,16 +246,16 @@ def check(history, final, run) -> Verdict:
             item = evidence(why, **base, **facts)
             {VALID: proven, INVALID: problems, UNKNOWN: unknowns}[status].append(item)
     if problems:
-        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} jobs of an owner woken past its lease were "
-                       "left processing with no message in the work queue: the delivery was settled without an "
-                       "outcome", evidence=problems + unknowns + proven, seed=seed_of(run))
+        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} deliveries of an owner woken past its lease "
+                       f"were settled by it: {problems[0]['message']}", evidence=problems + unknowns + proven,
+                       seed=seed_of(run))
     if unknowns:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"{len(unknowns)} jobs of an owner woken past its lease could "
                        "not be judged: " + unknowns[0]["message"], evidence=unknowns + proven, seed=seed_of(run))
     if proven:
-        return Verdict(NAME, VALID, REQUIREMENTS, f"{len(proven)} jobs of an owner woken past its lease (recovery "
-                       "held): each reached an outcome or kept its message in the work queue", evidence=proven,
-                       seed=seed_of(run))
+        return Verdict(NAME, VALID, REQUIREMENTS, f"{len(proven)} jobs of an owner woken past its lease: each "
+                       "reached an outcome or kept its message in the work queue (recovery held), or its delivery "
+                       "was given back (recovered while it slept)", evidence=proven, seed=seed_of(run))
     return Verdict(NAME, VALID, REQUIREMENTS, "not exercised: " + ("; ".join(notes) if notes else
                    "no consumer paused past its lease held a job in processing"),
                    exercised=False, seed=seed_of(run))

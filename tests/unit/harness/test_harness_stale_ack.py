@@ -119,3 +119,50 @@ def test_not_exercised_without_a_pause_past_the_lease_with_recovery_held_and_a_p
                                  steps=[(0.2, None, "queued", 1, "api"), (1.0, "queued", "processing", 1, "w"),
                                         (2.5, "processing", "ready", 1, "w")]))
     assert verdict.status == VALID and not verdict.exercised and "before the wake-up" in verdict.summary
+
+
+# --- after a recovery (issue 20, hole 4): the old owner's delivery is given back, never acked ----------------------
+
+def recovered_while_paused(redelivered_at=None, work_ready=0, traced=True):
+    """One worker instance holds the job's delivery (traced at 1.05) when it is paused at 2.0; the sweeper recovers the
+    job at 6.5 and worker#2 (started at 2.5) claims its new message at 7.0; the old owner wakes at 11.0. The old
+    delivery is redelivered at ``redelivered_at`` (nacked), or never (acked by its owner)."""
+    b = Builder(lease=4)
+    b.add(0.0, "role", action="start", role="worker", pid=1)
+    b.upload(0.1)
+    if traced:
+        b.add(1.05, "delivery", queue="q", attachment_id=ATT, attempt=1, sha256="s1", redelivered=0)
+    b.add(2.0, "fault", action="sigstop", phase="start", role="worker", pid=1)
+    b.add(2.5, "role", action="start", role="worker#2", pid=2)
+    if traced:
+        b.add(6.9, "delivery", queue="q", attachment_id=ATT, attempt=2, sha256="s2", redelivered=0)
+    b.add(11.0, "fault", action="sigcont", phase="end", role="worker", pid=1)
+    if redelivered_at is not None:
+        b.add(redelivered_at, "delivery", queue="q", attachment_id=ATT, attempt=1, sha256="s1", redelivered=1)
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (1.0, "queued", "processing", 1, "worker:1"),
+                        (6.5, "processing", "queued", 2, "sweeper"), (7.0, "queued", "processing", 2, "worker:2"),
+                        (14.0, "processing", "ready", 2, "worker:2")])
+    b.final["queues"]["work"]["ready"] = work_ready
+    return b
+
+
+def test_an_old_owner_that_acks_its_delivery_after_the_job_was_recovered_is_invalid():
+    # ack_after_recovery: woken past its lost lease, the owner acks; its message is never seen again. Before: valid
+    # (not exercised: "not probed, recovery not held").
+    b = recovered_while_paused()
+    verdict = stale_ack.check(b.history(), b.final, b.run)
+    assert verdict.status == INVALID and "never seen again" in verdict.summary, verdict.summary
+    assert verdict.evidence[0]["attachment_id"] == ATT and verdict.evidence[0]["message_sha256"] == "s1"
+
+
+def test_an_old_owner_that_gives_its_delivery_back_is_valid():
+    b = recovered_while_paused(redelivered_at=11.3)
+    verdict = stale_ack.check(b.history(), b.final, b.run)
+    assert verdict.status == VALID and verdict.exercised and "given back" in verdict.summary, verdict.summary
+
+
+def test_no_trace_or_a_message_left_in_the_queue_is_unknown():
+    b = recovered_while_paused(traced=False)
+    assert stale_ack.check(b.history(), b.final, b.run).status == UNKNOWN
+    b = recovered_while_paused(work_ready=1)
+    assert stale_ack.check(b.history(), b.final, b.run).status == UNKNOWN
