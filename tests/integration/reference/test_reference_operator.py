@@ -100,6 +100,7 @@ def test_operator_identity_comes_from_the_token_and_every_outcome_is_audited(pip
 
     attachment_id = pipeline.upload(corrupt_png(), filename="broken.png").json()["attachment_id"]
     job_id = pipeline.wait_state(attachment_id, ("failed",))["job_id"]
+    pipeline.roles["worker"].kill()  # the replayed job stays queued: the other three find it so, whatever the load
     url = f"{pipeline.api_url}/v1/admin/attachments/{attachment_id}/replay"
 
     def replay(headers):
@@ -117,8 +118,9 @@ def test_operator_identity_comes_from_the_token_and_every_outcome_is_audited(pip
     assert [e["actor"] for e in events if e["from"] == "failed"] == ["operator:api:alice"]
 
     # The bootstrap token (OPERATOR_TOKEN, what the harness uses) has its own name; X-Operator is ignored.
-    pipeline.wait_state(attachment_id, ("failed",))
-    wait_for(lambda: pipeline.status(attachment_id)["attempt"] == 2, 30, what="the replayed attempt failed")
+    pipeline.start("worker", name="worker-2")
+    wait_for(lambda: (s := pipeline.status(attachment_id))["attempt"] == 2 and s["state"] == "failed", 30,
+             what="the replayed attempt failed")
     boot = replay(bearer("op-token", "mallory"))
     assert boot.status_code == 202, boot.text
     assert pipeline.sql("SELECT operator FROM replay_audit ORDER BY id DESC LIMIT 1")[0]["operator"] == "api:bootstrap"
