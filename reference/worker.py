@@ -18,6 +18,7 @@ import contextvars
 import functools
 import json
 import logging
+import os
 import time
 import uuid
 from datetime import datetime, timezone
@@ -49,6 +50,9 @@ RELEASE_TIMEOUT_SECONDS = 1.0
 # process when it runs over the limit (issue 23 defect 12). About a third of the slowest throughput measured here
 # (a 3 MP photo JPEG renders all three variants at ~14 MP/s, a 16 MP PNG at ~27 MP/s on one core).
 CHEAP_DECODE_PIXELS_PER_SECOND = 5_000_000
+# That retry is judged by its process's own CPU time (a process the machine starves of CPU is not slow), within this
+# many limits of wall-clock time.
+STARVED_WALL_FACTOR = 10
 COMMIT_REFUSALS = 3  # a fenced commit refused this often while the job still looks ours: give it up (nack)
 CLAIM_RACES = 3  # claims tried again when the job is found queued at the delivery's own attempt (a release raced)
 TRANSIENT_ERRORS = (StorageUnavailable, FailpointError, concurrent.futures.process.BrokenProcessPool,
@@ -96,6 +100,23 @@ async def _wait_any(*events: asyncio.Event, timeout: float) -> None:
             waiter.cancel()
 
 
+def _process_cpu_seconds(executor) -> float | None:
+    """CPU time (user + system) used so far by the one process of a single-process executor, from /proc (Linux);
+    None when it cannot be read."""
+    try:
+        (process,) = (getattr(executor, "_processes", None) or {}).values()
+        with open(f"/proc/{process.pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except Exception:  # noqa: BLE001 - no /proc, no process yet, a process gone: judged by the wall clock
+        return None
+
+
+def _retrieve(future) -> None:
+    if not future.cancelled():
+        future.exception()  # read, so that a render nobody awaits any more logs no "never retrieved" error
+
+
 class _OverLimit(Exception):
     """A render ran over its time limit; its process is being replaced (``fresh``: the replacement, handed to
     this render only, or None)."""
@@ -119,8 +140,9 @@ class RenderPool:
     A time-out is not always the image's fault: a process that got no CPU (a loaded machine) or a slow neighbour
     can push a small image past the limit. An image whose header promises a decode far below the limit
     (``promises_cheap_decode``) is therefore rendered once more, in the fresh process that replaced the one that
-    timed out, with its own full limit; only a second time-out makes it ``decode_timeout``. An image whose header
-    promises an expensive decode is timed out at once."""
+    timed out, with its own full limit — of CPU time, within STARVED_WALL_FACTOR limits of wall-clock time; only a
+    second time-out makes it ``decode_timeout``. An image whose header promises an expensive decode is timed out
+    at once."""
 
     def __init__(self, workers: int, limits: imaging.Limits, timeout_seconds: float,
                  start_timeout_seconds: float = 30.0):
@@ -169,7 +191,7 @@ class RenderPool:
             self._replace(executor, "its process died")
             raise concurrent.futures.process.BrokenProcessPool("a fresh render process died") from None
         try:
-            return await self._finish(executor, future, keep_replacement=False)
+            return await self._finish(executor, future, keep_replacement=False, cpu_judged=True)
         except _OverLimit:
             raise imaging.ImageRejected("decode_timeout", f"over {self.timeout:g}s twice, the second time in a "
                                                           "fresh process") from None
@@ -181,12 +203,33 @@ class RenderPool:
         pixels = imaging.header_pixels(data)
         return pixels is not None and pixels <= CHEAP_DECODE_PIXELS_PER_SECOND * self.timeout
 
-    async def _finish(self, executor, future, keep_replacement: bool) -> list[imaging.RenderedVariant]:
+    async def _finish(self, executor, future, keep_replacement: bool,
+                      cpu_judged: bool = False) -> list[imaging.RenderedVariant]:
+        """Wait for a render under the time limit. ``cpu_judged`` (the retry of a cheap image): past the limit of
+        wall-clock time the render goes on while its process has used less CPU than the limit — it was starved by
+        the machine, not slowed by the image — up to STARVED_WALL_FACTOR limits of wall-clock time."""
+        started = time.monotonic()
+        cpu_at_start = _process_cpu_seconds(executor) if cpu_judged else None
+        if cpu_at_start is not None:
+            future.add_done_callback(_retrieve)  # shielded below: its outcome is read even if nobody awaits it
+        wait = self.timeout
         try:
-            result = await asyncio.wait_for(future, self.timeout)
-        except asyncio.TimeoutError:
-            raise _OverLimit(self._replace(executor, "decode time limit exceeded",
-                                           keep=keep_replacement)) from None
+            while True:
+                try:
+                    result = await asyncio.wait_for(future if cpu_at_start is None else asyncio.shield(future), wait)
+                    break
+                except asyncio.TimeoutError:
+                    cpu = None if cpu_at_start is None else _process_cpu_seconds(executor)
+                    if cpu is not None:
+                        used, elapsed = cpu - cpu_at_start, time.monotonic() - started
+                        wall_left = self.timeout * STARVED_WALL_FACTOR - elapsed
+                        if used < self.timeout and wall_left > 0:
+                            wait = max(0.05, min(self.timeout - used, wall_left))
+                            continue
+                    raise _OverLimit(self._replace(executor, "decode time limit exceeded",
+                                                   keep=keep_replacement)) from None
+        except _OverLimit:
+            raise
         except concurrent.futures.process.BrokenProcessPool:
             self._replace(executor, "its process died")
             raise

@@ -117,7 +117,9 @@ def test_a_replacement_whose_start_hangs_is_given_up_and_replaced():
             except asyncio.TimeoutError:
                 outcome = "stuck"
             assert outcome == "ok"
-            assert len(calls) == 2 and len(pool.executors) == 1
+            # The hung start was given up; the next one may itself need more than the 1 s start limit on a loaded
+            # machine (then a third is started): what must hold is that the slot came back.
+            assert len(calls) >= 2 and len(pool.executors) == 1
         finally:
             pool.shutdown()
 
