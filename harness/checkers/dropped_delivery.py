@@ -1,10 +1,11 @@
-"""No delivery of unfinished work is settled on a technical error (BE-JOB-001).
+"""No delivery of unfinished work is settled: not on a technical error, not by a shared ack (BE-JOB-001).
 
 When the database or the object store fails while a consumer holds a delivery, the delivery must stay unacked (or go
 back to the queue) until the job has a durable outcome: its result committed, ``failed``, or a retry recorded. A
 consumer that acks ("drops") the delivery instead leaves a job ``queued`` or ``processing`` with no message
 anywhere; a lease recovery or a lost-message safety net may bring it back later, so nothing is lost at the end and
-``lost_accepted_work`` is satisfied — but the ack was not matched against the transaction boundary.
+``lost_accepted_work`` is satisfied — but the ack was not matched against the transaction boundary. A shared
+``multiple=true`` ack at the newest delivery tag settles the other unfinished deliveries of a batch the same way.
 
 The harness cannot see an ack (the firehose traces publishes and deliveries, not acks), but it sees what an ack
 allows: the broker hands a consumer a new delivery only while the consumer holds fewer unacked deliveries than its
@@ -16,20 +17,22 @@ prefetch. So, from the traced deliveries of the work queue (``delivery`` lines w
   have been the one claimed), the job was ``queued`` or ``processing`` at that attempt at ``x``, and between
   ``d`` (less the tap's lag) and ``x`` (plus a slack) the job had no transition other than its claim
   (``queued -> processing`` at that attempt) — nothing durable that would let its owner ack;
-* at each delivery ``x`` to a channel during a dependency fault (a failing toxic — cut, blackhole, reset_peer — a
-  restart of the database or the object store, or the store refusing writes with 403 — until ``lease_seconds``
-  after it ended, when declared), the deliveries of that
+* at each delivery ``x`` to a channel, in any scenario, the deliveries of that
   channel necessarily still held must number fewer than the channel's bound: the declared prefetch
   (``[limits] prefetch``, per consumer) times the most consumers the work queue had at once (a channel has at most
   that many). Reaching the bound means the broker had a free slot it could not have had: at least one of them was
-  acked while its job was unfinished — ``invalid``.
+  acked while its job was unfinished — ``invalid``. The evidence says whether a dependency fault was in force (a
+  failing toxic — cut, blackhole, reset_peer — a restart of the database or the object store, or the store refusing
+  writes with 403, until ``lease_seconds`` after it ended, when declared): ``database-outages-past-lease`` relies
+  on the check, its backlog keeping the prefetch full through each cut.
 
 The harness's own looks into the queue (management API gets, on a direct connection named ``<user@node...>``) are
 not a consumer's and are never judged. Deliveries a consumer gives back (nack, a closed channel) are redelivered and
 so never counted; a job that reached
 any outcome, or a recovery, is not counted from then on. Unknown (where a scenario relies on it) when deliveries were
 not traced, or the adapter declares no prefetch, or the work queue never showed a consumer (``basic.get`` ignores
-the prefetch). Exercised when a delivery was judged during a dependency fault.
+the prefetch), or no consumer was handed a delivery while it held another of an unfinished job. Exercised when one
+was.
 
 Its own finding, with an invalid verdict: how many of the jobs so held ended terminal all the same — their delivery
 never handed out again, so a lease recovery or the lost-message safety net did the work the broker should have.
@@ -105,9 +108,6 @@ def check(history, final, run) -> Verdict:
             return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"cannot tell: {why}", seed=seed)
         return Verdict(NAME, VALID, REQUIREMENTS, f"not exercised: {why}", exercised=False, seed=seed)
 
-    if not windows:
-        return Verdict(NAME, VALID, REQUIREMENTS, "not exercised: no fault made the database or the object store fail",
-                       exercised=False, seed=seed)
     if not any(e.get("source") == "firehose" and e.get("deliveries") for e in history.of_type("observe")):
         return undecided("deliveries from the work queue were not traced (no firehose): what the broker handed out, "
                          "and so what it could hand out, is not known")
@@ -139,7 +139,7 @@ def check(history, final, run) -> Verdict:
     by_channel: dict[tuple, list[dict]] = {}
     for d in deliveries:
         by_channel.setdefault((d.get("connection"), d.get("channel")), []).append(d)
-    problems, judged = [], 0
+    problems, judged, contested, in_faults = [], 0, 0, 0
     for channel, items in by_channel.items():
         if channel == (None, None):
             continue  # the broker did not say which channel: nothing to count per consumer
@@ -148,17 +148,20 @@ def check(history, final, run) -> Verdict:
             # basic.get, no prefetch), never a consumer of the implementation, whose connections are "ip:port -> ..."
         for i, x in enumerate(items):
             window = next((w for w in windows if w[0] <= x["wall"] <= w[1]), None)
-            if window is None:
-                continue
             judged += 1
+            in_faults += window is not None
             held = [d for d in items[:i] if _key(d) is not None and once[_key(d)] == 1
                     and held_at(trans(d["attachment_id"]), d, x["wall"])]
+            contested += bool(held)
             if len(held) >= bound:
+                during = (f"during a dependency fault ({window[2].get('action')} on {window[2].get('service')}, line "
+                          f"{window[2].get('line')})" if window else "outside any dependency fault")
                 problems.append(evidence(
-                    f"the broker handed channel {channel[1]} of {channel[0]} a delivery while {len(held)} deliveries "
-                    f"it held were of jobs still queued or processing at their attempt, with nothing recorded since "
-                    f"(bound: prefetch {prefetch} x {consumers} consumers = {bound}): at least one was acked while "
-                    "its job was unfinished", events=[window[2], x, *held], job_id=x.get("job_id"),
+                    f"the broker handed channel {channel[1]} of {channel[0]} a delivery {during} while {len(held)} "
+                    f"deliveries it held were of jobs still queued or processing at their attempt, with nothing "
+                    f"recorded since (bound: prefetch {prefetch} x {consumers} consumers = {bound}): at least one was "
+                    "acked while its job was unfinished", events=([window[2]] if window else []) + [x, *held],
+                    job_id=x.get("job_id"), during_fault=bool(window),
                     attachment_id=x.get("attachment_id"), delivered_wall=x["wall"], bound=bound,
                     held=[{"job_id": d["job_id"], "attachment_id": d["attachment_id"], "attempt": d["attempt"],
                            "delivered_wall": d["wall"], "line": d.get("line")} for d in held]))
@@ -166,13 +169,16 @@ def check(history, final, run) -> Verdict:
         held = {h["attachment_id"] for item in problems for h in item["held"]}
         states = {a: (((final or {}).get("attachments") or {}).get(a) or {}).get("body", {}).get("state") for a in held}
         finished = sorted(a for a, state in states.items() if state in ("ready", "failed"))
-        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} deliveries handed to a consumer during a "
-                       "dependency fault prove that it had settled deliveries of unfinished jobs (no outcome, no "
-                       f"retry recorded, never given back); {len(finished)} of the {len(held)} jobs so held ended "
+        faulted = sum(1 for item in problems if item["during_fault"])
+        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} deliveries handed to a consumer ({faulted} "
+                       "during a dependency fault) prove that it had settled deliveries of unfinished jobs (no "
+                       f"outcome, no retry recorded, never given back); {len(finished)} of the {len(held)} jobs so held ended "
                        "terminal all the same, their delivery never handed out again: a recovery or the safety net "
                        "did the work", evidence=problems, seed=seed)
-    if not judged:
-        return undecided(f"no delivery was handed out during the {len(windows)} dependency faults (or "
-                         f"{lease:g}s after them)")
-    return Verdict(NAME, VALID, REQUIREMENTS, f"{judged} deliveries handed out during dependency faults: none "
-                   f"implies a settled delivery of unfinished work (bound {bound} per channel)", seed=seed)
+    if not contested:
+        return undecided(f"no consumer was handed a delivery while it held another of an unfinished job ({judged} "
+                         "deliveries judged)")
+    return Verdict(NAME, VALID, REQUIREMENTS, f"{contested} of {judged} deliveries were handed to a consumer holding "
+                   f"unfinished work ({in_faults} of the {judged} during {len(windows)} dependency faults): none "
+                   "implies a settled "
+                   f"delivery of unfinished work (bound {bound} per channel)", seed=seed)

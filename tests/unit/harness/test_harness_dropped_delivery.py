@@ -63,6 +63,7 @@ def test_a_consumer_handed_a_delivery_while_its_held_jobs_had_nothing_recorded_i
     assert verdict.status == INVALID, verdict.summary
     item = verdict.evidence[0]
     assert {h["attachment_id"] for h in item["held"]} == {A, B} and item["bound"] == 2
+    assert item["during_fault"] and "during a dependency fault (toxic on postgres" in item["message"]
     assert item["attachment_id"] == C and verdict.seed == 42
     # Its own finding: both ended ready all the same, their deliveries never handed out again.
     assert "2 of the 2 jobs so held ended terminal" in verdict.summary and "safety net did the work" in verdict.summary
@@ -104,14 +105,14 @@ def test_a_delivery_on_another_channel_proves_nothing_about_this_one():
     assert verdict.status == VALID and verdict.exercised, verdict.summary
 
 
-def test_a_latency_toxic_is_no_dependency_failure():
-    verdict = check(dropped(outage(toxic="latency")))
-    assert verdict.status == VALID and not verdict.exercised, verdict.summary
-
-
-def test_a_broker_fault_is_not_judged_here():
-    verdict = check(dropped(outage(service="rabbitmq")))
-    assert verdict.status == VALID and not verdict.exercised, verdict.summary
+def test_outside_any_dependency_fault_the_same_count_proves_the_same():
+    """A shared multiple=true ack, or any ack of unfinished work, shows the same way with no fault at all: judged in
+    every scenario, the evidence says whether a fault was in force."""
+    for b in (dropped(outage(toxic="latency")), dropped(outage(service="rabbitmq"))):
+        verdict = check(b)
+        assert verdict.status == INVALID and "(0 during a dependency fault)" in verdict.summary, verdict.summary
+        assert "outside any dependency fault" in verdict.evidence[0]["message"]
+        assert verdict.evidence[0]["during_fault"] is False
 
 
 def test_untraced_deliveries_or_no_prefetch_cannot_tell_where_relied_on():
@@ -122,7 +123,7 @@ def test_untraced_deliveries_or_no_prefetch_cannot_tell_where_relied_on():
     assert verdict.status == VALID and not verdict.exercised, verdict.summary
 
 
-def test_no_delivery_during_the_fault_is_not_exercised():
+def test_no_delivery_to_a_consumer_holding_unfinished_work_is_not_exercised():
     b = outage(asked=False)
     deliver(b, 1.0, A)
     b.transitions(A, [(0.5, None, "queued", 1, "api"), (1.2, "queued", "processing", 1, "worker"),
@@ -150,4 +151,4 @@ def test_the_harness_own_look_into_the_queue_is_no_consumer():
     for att, start in ((A, 0.5), (B, 0.6), (C, 0.7)):
         b.transitions(att, [(start, None, "queued", 1, "api")])
     verdict = check(b)
-    assert verdict.status == UNKNOWN and "no delivery was handed out" in verdict.summary, verdict.summary
+    assert verdict.status == UNKNOWN and "no consumer was handed a delivery" in verdict.summary, verdict.summary
