@@ -74,16 +74,21 @@ export class Worker {
   async run(): Promise<void> {
     let ch: Channel | undefined;
     let tag: string | undefined;
+    let conn: Awaited<ReturnType<typeof connect>> | undefined;
+    let stopped!: () => void;
+    const stopSignal = new Promise<void>((resolve) => (stopped = resolve));
     const onTerm = () => {
       this.stopping = true;
-      if (ch && tag) ch.cancel(tag).catch(() => undefined);
+      if (ch && tag) ch.cancel(tag).catch(() => undefined); // no new deliveries; those in flight finish
+      stopped();
     };
     process.once("SIGTERM", onTerm);
     process.once("SIGINT", onTerm);
     while (!this.stopping) {
       try {
-        const conn = await connect(this.cfg, "worker");
-        const closed = new Promise<void>((resolve) => conn.once("close", () => resolve()));
+        const c = await connect(this.cfg, "worker");
+        conn = c;
+        const closed = new Promise<void>((resolve) => c.once("close", () => resolve()));
         ch = await conn.createChannel();
         ch.on("error", (err) => log("amqp channel error", { error: String(err) }));
         await declareTopology(ch);
@@ -95,9 +100,9 @@ export class Worker {
         tag = ok.consumerTag;
         log("worker consuming", { queue: WORK_QUEUE, prefetch: this.cfg.prefetch, identity: this.cfg.identity });
         this.heavy().catch((err) => log("loading the image and storage modules failed", { error: String(err) }));
-        channel.once("close", () => conn.close().catch(() => undefined));
-        await Promise.race([closed, new Promise<void>((r) => channel.once("close", () => r()))]);
-        log("worker lost its broker connection; reconnecting");
+        channel.once("close", () => c.close().catch(() => undefined));
+        await Promise.race([closed, stopSignal, new Promise<void>((r) => channel.once("close", () => r()))]);
+        if (!this.stopping) log("worker lost its broker connection; reconnecting");
       } catch (err) {
         if (!this.stopping) log("worker connect failed", { error: String(err) });
       }
@@ -105,6 +110,8 @@ export class Worker {
     }
     const until = performance.now() + this.cfg.shutdownGraceMs;
     while (this.inflight > 0 && performance.now() < until) await sleep(100);
+    // Closing the connection returns every delivery still unacked (work past the grace period) to the queue.
+    if (conn) await conn.close().catch(() => undefined);
     await this.db.end().catch(() => undefined);
   }
 
@@ -286,8 +293,10 @@ export class Worker {
       const original = await this.s3(c, "fetch of the original", () => store.get(c.origKey));
       await this.guard(c); // re-checks the deadline after a slow fetch
       const outs: Rendition[] = [];
+      const source = sha256(original);
       for (const name of c.variants) {
-        outs.push(await images.render(name, original, this.cfg.decodeTimeoutMs));
+        outs.push(await this.rendered(`${source}:${c.version}:${name}`,
+          () => images.render(name, original, this.cfg.decodeTimeoutMs)));
       }
       const keys = new Map<string, string>();
       for (const r of outs) {
@@ -310,6 +319,25 @@ export class Worker {
       if (err instanceof StorageRefused) return this.finishError(c, "storage_refused", err.message);
       return this.retry(c, String((err as Error).message || err));
     }
+  }
+
+  // Renders are deterministic: a retry of the same original reuses this process's last renders (a small LRU)
+  // instead of decoding again, so retries cost their I/O, not the CPU of a decode.
+  private cache = new Map<string, Rendition>();
+
+  private async rendered(key: string, make: () => Promise<Rendition>): Promise<Rendition> {
+    const hit = this.cache.get(key);
+    if (hit) {
+      this.cache.delete(key);
+      this.cache.set(key, hit);
+      return hit;
+    }
+    const r = await make();
+    if (r.body.length <= 4 * 1024 * 1024) {
+      this.cache.set(key, r);
+      while (this.cache.size > 48) this.cache.delete(this.cache.keys().next().value as string);
+    }
+    return r;
   }
 
   private async commitDone(c: Claim, outs: Rendition[], keys: Map<string, string>): Promise<void> {
@@ -388,11 +416,11 @@ export class Worker {
         }
         await q.query("UPDATE tasks SET status = 'ERROR', error_code = 'expired', lease_owner = NULL, lease_until = NULL, updated_at = now() WHERE id = $1", [c.taskId]);
         await logTransition(q, c.taskId, c.fileId, "RUNNING", "ERROR", c.attempt, "deadline passed while processing", this.cfg.identity);
+        // Counted before the commit: once the expiry is visible, the counter already has it (a commit that
+        // fails after this over-counts, never under-counts).
+        metrics.inc("tsp_expired_jobs_total", { where: "processing" });
       }).catch(() => "requeue" as Settle);
-      if (!notYet) {
-        if (how === "ack") metrics.inc("tsp_expired_jobs_total", { where: "processing" });
-        return how;
-      }
+      if (!notYet) return how;
       await sleep(100);
     }
     return "requeue";
