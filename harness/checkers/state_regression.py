@@ -67,7 +67,7 @@ def check(history, final, run) -> Verdict:
             if e.get("state") == "ready":
                 seen_ready = e
     if problems:
-        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} illegal transitions", evidence=problems,
+        return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} illegal transitions or states", evidence=problems,
                        seed=seed_of(run))
     if ids and not has_capability(run, "events"):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"the implementation exposes no events: only the polled states of "
