@@ -120,7 +120,7 @@ def run(stack, adapter, users: int, seconds: int, seed: int, run_dir: Path, say=
                    "-u", str(users), "-r", str(max(1, users)), "--run-time", f"{seconds}s", "--stop-timeout", "5",
                    "--csv", str(run_dir / "locust"), "--csv-full-history", "--html", str(run_dir / "locust.html"),
                    "--only-summary"]
-        env = {**os.environ, "LOAD_SEED": str(seed)}
+        env = {**os.environ, "LOAD_SEED": str(seed), "LOAD_UPLOAD_PATH": adapter.vocabulary.upload_path()}
         repo = locustfile.parent.parent
         env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         with open(run_dir / "locust.log", "wb") as log:
