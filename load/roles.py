@@ -69,7 +69,8 @@ class Deployment:
             return
         command = self.adapter.resolve_command(setup["command"])
         with open(self.supervisor.logs / "setup.log", "wb") as log:
-            done = subprocess.run(command, env={**self.env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}},
+            env = self.adapter.interpolate_env({**self.env, **{k: str(v) for k, v in (setup.get("env") or {}).items()}})
+            done = subprocess.run(command, env=env,
                                   stdout=log, stderr=subprocess.STDOUT, timeout=float(setup.get("timeout_seconds", 120)),
                                   start_new_session=True)
         if done.returncode != 0:
