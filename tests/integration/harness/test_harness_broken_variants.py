@@ -85,6 +85,10 @@ CASES = [
     # it is caught as a second ready; lease_ownership/owner_overlap catch it when worker#2 takes the job (unit tests).
     ("unfenced_commit", "worker-paused-past-lease", {"lease_ownership", "owner_overlap", "duplicate_effects",
                                                             "state_regression"}),
+    # No fencing token after the claim, and the commit's event written from the row as it stands (a trigger's view):
+    # the woken owner's stale commit is logged as the new owner's; the objects ready names landed before the
+    # committing claim began (issue 20, hole 4: valid before, the event log shows nothing wrong).
+    ("owner_stamped_events", "worker-paused-past-lease", {"lease_ownership"}),
     # A second after ready the worker PUTs its variants again, same bytes and keys: within the 1.5 s a
     # Last-Modified slack forgives; the snapshot taken when ready was first seen shows the new write (BE-JOB-002).
     ("rewrite_after_ready", "redelivery-of-ready-job", {"duplicate_effects"}),
