@@ -18,6 +18,7 @@ type Heavy = { images: typeof import("./images"); store: Store };
 
 class LeaseLost extends Error {}
 class Expired extends Error {}
+class NotCommitted extends Error {}
 // The store refused the request itself (403 AccessDenied, 400, 404): not an outage, retrying cannot help.
 class StorageRefused extends Error {}
 
@@ -149,17 +150,17 @@ export class Worker {
       return "dead";
     }
     const job = parsed;
-    let claim: Claim | "ack" | "dead" | null = null;
-    // Claim, waiting out a database outage while holding the delivery (an outage is not the job's error).
-    for (let i = 0; claim === null; i++) {
-      try {
-        claim = await this.claim(job);
-      } catch (err) {
-        if (this.stopping) return "requeue";
-        log("claim failed; retrying", { job_id: job.job_id, error: String(err) });
-        await sleep(Math.min(2000, 200 * (i + 1)));
-      }
+    let claim = await this.claimWaiting(job);
+    // Owned by a live lease: hold the delivery until the owner finishes (then it is a no-op) or its lease runs
+    // out (then this delivery takes the job over) — never ack a job nobody has finished: this may be the only
+    // delivery left of a job whose owner died.
+    const step = Math.max(100, Math.min(500, this.cfg.leaseMs / 8));
+    for (let waited = 0; claim === "busy"; waited += step) {
+      if (this.stopping || waited > 3 * this.cfg.leaseMs) return "requeue";
+      await sleep(step);
+      claim = await this.claimWaiting(job);
     }
+    if (claim === null) return "requeue";
     if (claim === "ack" || claim === "dead") return claim;
     const c = claim;
     if (this.cfg.bugAckBeforeCommit) {
@@ -175,7 +176,20 @@ export class Worker {
     }
   }
 
-  private async claim(job: messages.JobMessage): Promise<Claim | "ack" | "dead"> {
+  // Claims, waiting out a database outage while holding the delivery (an outage is not the job's error).
+  private async claimWaiting(job: messages.JobMessage): Promise<Claim | "ack" | "dead" | "busy" | null> {
+    for (let i = 0; ; i++) {
+      try {
+        return await this.claim(job);
+      } catch (err) {
+        if (this.stopping) return null;
+        log("claim failed; retrying", { job_id: job.job_id, error: String(err) });
+        await sleep(Math.min(2000, 200 * (i + 1)));
+      }
+    }
+  }
+
+  private async claim(job: messages.JobMessage): Promise<Claim | "ack" | "dead" | "busy"> {
     const t0 = performance.now();
     const me = this.cfg.identity;
     return tx(this.db, async (c) => {
@@ -197,7 +211,7 @@ export class Worker {
         return "dead";
       }
       if (t.status === "DONE" || t.status === "ERROR") return "ack"; // finished: a duplicate is a no-op
-      if (t.status === "RUNNING" && t.leased) return "ack";           // owned: its owner or lease recovery settles it
+      if (t.status === "RUNNING" && t.leased) return "busy";          // owned by a live lease: wait and look again
       const limit = this.cfg.maxAttempts * (1 + t.replays);
       if (t.status === "RUNNING") {
         // An expired lease nobody recovered yet: recorded as a recovery before the new claim.
@@ -345,12 +359,8 @@ export class Worker {
       await this.guard(c);
       try {
         const ok = await tx(this.db, async (q) => {
-          const u = await q.query(
-            `UPDATE tasks SET status = 'DONE', lease_owner = NULL, lease_until = NULL, error_code = NULL, updated_at = now()
-              WHERE id = $1 AND fence = $2 AND status = 'RUNNING' AND now() < expires_at RETURNING 1`,
-            [c.taskId, c.fence],
-          );
-          if (!u.rowCount) return false;
+          const own = await q.query("SELECT 1 FROM tasks WHERE id = $1 AND fence = $2 AND status = 'RUNNING' FOR UPDATE", [c.taskId, c.fence]);
+          if (!own.rowCount) return false;
           for (const r of outs) {
             await q.query(
               `INSERT INTO renditions (file_id, pipeline_version, name, key, sha256, size, content_type, width, height)
@@ -360,7 +370,21 @@ export class Worker {
               [c.fileId, c.version, r.name, keys.get(r.name), sha256(r.body), r.body.length, r.contentType, r.width, r.height],
             );
           }
-          await logTransition(q, c.taskId, c.fileId, "RUNNING", "DONE", c.attempt, "renditions committed", this.cfg.identity);
+          // Last statement before COMMIT: fenced, and the deadline judged by the database's clock at this instant
+          // (not the transaction's start); the event carries that instant.
+          const u = await q.query(
+            `UPDATE tasks SET status = 'DONE', lease_owner = NULL, lease_until = NULL, error_code = NULL,
+                    updated_at = clock_timestamp()
+              WHERE id = $1 AND fence = $2 AND status = 'RUNNING' AND clock_timestamp() < expires_at
+              RETURNING updated_at`,
+            [c.taskId, c.fence],
+          );
+          if (!u.rowCount) throw new NotCommitted();
+          await q.query(
+            `INSERT INTO task_log (task_id, file_id, at, from_status, to_status, attempt, reason, actor)
+             VALUES ($1, $2, $3, 'RUNNING', 'DONE', $4, 'renditions committed', $5)`,
+            [c.taskId, c.fileId, u.rows[0].updated_at, c.attempt, this.cfg.identity],
+          );
           return true;
         });
         if (ok) {
@@ -376,6 +400,15 @@ export class Worker {
         throw new LeaseLost();
       } catch (err) {
         if (err instanceof LeaseLost || err instanceof Expired) throw err;
+        if (err instanceof NotCommitted) {
+          // Rolled back: fenced off or past the deadline. Which one, read afresh.
+          const s2 = await this.db.query("SELECT status, fence, now() >= expires_at AS expired FROM tasks WHERE id = $1", [c.taskId]);
+          const t2 = s2.rows[0];
+          if (t2 && t2.status === "RUNNING" && Number(t2.fence) === c.fence && t2.expired) throw new Expired();
+          if (t2 && t2.status === "RUNNING" && Number(t2.fence) === c.fence) throw new Expired(); // clock_timestamp passed it
+          c.lost = true;
+          throw new LeaseLost();
+        }
         if (i >= 20) throw err;
         log("commit failed; retrying while the lease holds", { job_id: c.taskId, error: String(err) });
         await sleep(Math.min(1000, 100 * (i + 1)));
