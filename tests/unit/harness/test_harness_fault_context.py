@@ -94,3 +94,26 @@ def test_hold_and_release_keep_their_bookkeeping_on_the_context():
     ctx.release(step)
     assert ctx.held == set() and released == ["sweeper"]
     assert [c[:2] for c in ctx.supervisor.calls] == [("stop", "sweeper"), ("start", "sweeper")]
+
+
+def test_object_written_waits_for_an_object_beyond_the_originals_of_a_job_at_work():
+    """The object_written trigger (worker-paused-past-lease): a job seen processing, and the object watch has seen more
+    keys than uploads were accepted — the originals alone, or an original seen before its job is processing, do not
+    set it off."""
+
+    class Watch:
+        seen: dict = {}
+
+    ctx = context(Instance("worker", "worker"))
+    ctx.observer = Observer({"a1": "queued"})
+    assert not ctx.condition("object_written")  # no object watch: never
+    ctx.objects = Watch()
+    ctx.objects.seen = {"staging/a1": ()}
+    assert not ctx.condition("object_written")
+    ctx.objects.seen = {"staging/a1": (), "staging/orphan": ()}
+    assert not ctx.condition("object_written")  # two objects, but nothing processing yet
+    ctx.observer.states["a1"] = "processing"
+    ctx.objects.seen = {"staging/a1": ()}
+    assert not ctx.condition("object_written")  # processing, only its original written
+    ctx.objects.seen = {"staging/a1": (), "variants/a1/v1/t1/thumbnail.webp": ()}
+    assert ctx.condition("object_written")
