@@ -114,3 +114,38 @@ def test_lost_accepted_work_leaves_a_job_failed_under_a_permanent_refusal_to_thi
     b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (3.0, "queued", "processing", 1, "worker"),
                         (3.2, "processing", "failed", 1, "worker")], error_code="storage_denied")
     assert lost_accepted_work.check(b.history(), b.final, b.run).status == INVALID
+
+
+def test_the_kind_refuses_writes_of_the_runs_own_key_once_the_workload_ended_and_records_its_probe(monkeypatch):
+    import threading
+    from types import SimpleNamespace
+
+    from harness.history import History
+
+    calls = []
+    monkeypatch.setattr(s3_deny, "set_writes", lambda store, bucket, writes: calls.append((bucket, writes)))
+    monkeypatch.setattr(s3_deny, "probe", lambda store, bucket, key, secret: (403, "AccessDenied"))
+
+    class Recorder:
+        def __init__(self):
+            self.lines = []
+
+        def append(self, type_, **fields):
+            self.lines.append({"type": type_, "seq": len(self.lines) + 1, "wall": 0.0, **fields})
+
+    done = threading.Event()
+    done.set()
+    instance = SimpleNamespace(env={"S3_BUCKET": "run-b", "S3_ACCESS_KEY": "k", "S3_SECRET_KEY": "s"})
+    ctx = SimpleNamespace(wait_trigger=lambda step, delay=0.0: True, workload_done=done, stopping=threading.Event(),
+                          stack=SimpleNamespace(s3=SimpleNamespace(endpoint_url=lambda: "http://127.0.0.1:1")),
+                          supervisor=SimpleNamespace(instances={"worker": instance}), history=Recorder(),
+                          log=lambda message: None)
+    step = {"action": "s3_deny", "index": 3}
+    s3_deny.run(ctx, step)  # no duration: held to the end of the run, never given back here
+    assert calls == [("run-b", False)]
+    start = ctx.history.lines[-1]
+    assert (start["action"], start["phase"], start["bucket"], start["probe_status"]) == ("s3_deny", "start", "run-b", 403)
+    assert s3_deny.happened(step, History(tuple(ctx.history.lines)), {})[0]
+    step = {"action": "s3_deny", "index": 4, "duration": 0}
+    s3_deny.run(ctx, step)  # with a duration: the full policy is given back, and the end recorded
+    assert calls[-1] == ("run-b", True) and ctx.history.lines[-1]["phase"] == "end"
