@@ -159,8 +159,11 @@ class RenderPool:
         for future in [executor.submit(imaging.warm_up, self.limits) for executor in self.executors]:
             future.result()
 
-    async def render(self, data: bytes, variants: tuple[str, ...]) -> list[imaging.RenderedVariant]:
-        cheap = self.promises_cheap_decode(data)
+    async def render(self, data: bytes, variants: tuple[str, ...],
+                     pixels: int | None = None) -> list[imaging.RenderedVariant]:
+        """``pixels``: the image's dimensions as recorded from its header (the worker passes the attachment's);
+        without them the header is read here (Pillow opens lazily, no pixel is decoded)."""
+        cheap = self.promises_cheap_decode(data, pixels)
         while True:
             executor = await self.idle.get()  # queueing for a process is not part of the time limit
             try:
@@ -196,11 +199,12 @@ class RenderPool:
             raise imaging.ImageRejected("decode_timeout", f"over {self.timeout:g}s twice, the second time in a "
                                                           "fresh process") from None
 
-    def promises_cheap_decode(self, data: bytes) -> bool:
+    def promises_cheap_decode(self, data: bytes, pixels: int | None = None) -> bool:
         """True when the image's header (read without decoding) promises a render far below the time limit: at
         most CHEAP_DECODE_PIXELS_PER_SECOND x the limit pixels (the first frame's, which is all a render decodes).
         Unreadable: promises nothing."""
-        pixels = imaging.header_pixels(data)
+        if pixels is None:
+            pixels = imaging.header_pixels(data)
         return pixels is not None and pixels <= CHEAP_DECODE_PIXELS_PER_SECOND * self.timeout
 
     async def _finish(self, executor, future, keep_replacement: bool,
@@ -698,7 +702,10 @@ class Worker:
             raise imaging.ImageRejected("original_checksum_mismatch", "staging object differs from its record")
         timings["fetch"], mark = time.monotonic() - mark, time.monotonic()
         await lease.wait_live(self.stop)
-        rendered = await self.render_pool.render(original, tuple(claim["variants"]))
+        # The dimensions the API read from the header at the upload: what the image promises, never parsed here.
+        width, height = claim.get("original_width"), claim.get("original_height")
+        rendered = await self.render_pool.render(original, tuple(claim["variants"]),
+                                                 pixels=width * height if width and height else None)
         timings["render"], mark = time.monotonic() - mark, time.monotonic()
         results = []
         for variant in rendered:

@@ -81,7 +81,8 @@ WITH claimed AS (
     INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, actor)
     SELECT attachment_id, job_id, 'queued', 'processing', attempt, %(actor)s FROM claimed
 )
-SELECT c.*, a.original_key, a.original_sha256, a.original_size, a.content_type
+SELECT c.*, a.original_key, a.original_sha256, a.original_size, a.content_type,
+       a.width AS original_width, a.height AS original_height
 FROM claimed c JOIN attachments a USING (attachment_id);
 
 -- name: job_snapshot
@@ -114,7 +115,8 @@ UPDATE jobs j
 RETURNING j.job_id, j.attachment_id, j.attempt, j.attempt_base, j.fencing_token, j.pipeline_version,
           j.variants, j.expires_at, j.lease_expires_at, j.expires_at <= now() AS expired,
           EXTRACT(EPOCH FROM (j.expires_at - now()))::float8 AS expires_in_seconds,
-          a.original_key, a.original_sha256, a.original_size, a.content_type;
+          a.original_key, a.original_sha256, a.original_size, a.content_type,
+          a.width AS original_width, a.height AS original_height;
 
 -- name: release_job
 -- Worker: processing -> queued without spending an attempt, when the work

@@ -103,8 +103,10 @@ class FakeRenderPool:
         self.error: BaseException | None = None
         self.delay = 0.0
 
-    async def render(self, data: bytes, variants: tuple[str, ...]) -> list[imaging.RenderedVariant]:
+    async def render(self, data: bytes, variants: tuple[str, ...],
+                     pixels: int | None = None) -> list[imaging.RenderedVariant]:
         self.journal.append("render")
+        self.pixels = pixels
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.error:
@@ -168,7 +170,7 @@ def claim_row(attempt: int = 1, attempt_base: int = 0, expired: bool = False) ->
             "expired": expired, "expires_in_seconds": -1.0 if expired else 3600.0,
             "original_key": f"staging/{ATTACHMENT_ID}",
             "original_sha256": hashlib.sha256(ORIGINAL).hexdigest(), "original_size": len(ORIGINAL),
-            "content_type": "image/png"}
+            "content_type": "image/png", "original_width": 640, "original_height": 480}
 
 
 def snapshot_row(state: str, *, attempt: int = 1, token: int = TOKEN, lease_live: bool = True,
@@ -862,3 +864,13 @@ def test_a_claim_that_keeps_finding_its_own_attempt_queued_gives_up_as_stale(har
 
     assert harness.journal.count("db:claim_job") == worker_module.CLAIM_RACES + 1
     assert harness.settlements() == ["ack"]
+
+
+def test_the_render_is_told_the_pixels_the_upload_recorded(harness):
+    """Issue 23 defect 12: whether a time-out earns a retry is judged from the dimensions the API read from the
+    header at the upload (the attachment's width and height), never by parsing the image in the worker's process."""
+    harness.db.answers["claim_job"] = claim_row()
+
+    harness.handle()
+
+    assert harness.render_pool.pixels == 640 * 480
