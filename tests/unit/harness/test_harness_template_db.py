@@ -113,11 +113,15 @@ class _Postgres:
         self.copying = 0
         self.overlaps = 0
         self.lock = threading.Lock()
+        self.roles: list[str] = []
 
-    def url(self, database: str = "postgres", port: int | None = None) -> str:
-        return f"postgresql://h:h@127.0.0.1:{port or self.port}/{database}"
+    def url(self, database: str = "postgres", port: int | None = None, user: str = "h", password: str = "h") -> str:
+        return f"postgresql://{user}:{password}@127.0.0.1:{port or self.port}/{database}"
 
-    def create_database(self, name: str, template: str | None = None) -> None:
+    def create_role(self, name: str, password: str) -> None:
+        self.roles.append(name)
+
+    def create_database(self, name: str, template: str | None = None, owner: str | None = None) -> None:
         if template:
             with self.lock:
                 self.copying += 1
@@ -140,10 +144,13 @@ class _Postgres:
 class _RabbitMQ:
     amqp_port, management_url = 5001, "http://127.0.0.1:5002"
 
-    def amqp_url(self, vhost: str, port: int | None = None) -> str:
-        return f"amqp://h:h@127.0.0.1:{port or self.amqp_port}/{vhost}"
+    def amqp_url(self, vhost: str, port: int | None = None, user: str = "h", password: str = "h") -> str:
+        return f"amqp://{user}:{password}@127.0.0.1:{port or self.amqp_port}/{vhost}"
 
     def create_vhost(self, name: str) -> None:
+        pass
+
+    def create_user(self, user: str, password: str, vhost: str) -> None:
         pass
 
 
@@ -155,6 +162,9 @@ class _S3:
 
     def create_bucket(self, name: str) -> None:
         pass
+
+    def create_credentials(self, bucket: str) -> tuple[str, str]:
+        return f"key-{bucket}", f"secret-{bucket}"
 
 
 class _Toxi:
