@@ -193,6 +193,13 @@ def cmd_explore(args) -> int:
         return 2
 
 
+def cmd_mutate(args) -> int:
+    from .mutate import run_command
+
+    seed = _seed(args.seed)
+    return run_command(args, seed, _progress)
+
+
 def cmd_check(args) -> int:
     from .grade import recheck_grade
     from .runner import check_run_dir
@@ -331,6 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
                                      "under the current directory)")
     p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)
     p.set_defaults(func=cmd_soak)
+
+    p = sub.add_parser("mutate", help="grade mutants of an implementation (harness/mutations/SUT.toml: one text "
+                                      "change each) on their covering scenarios, one shared stack; prints the "
+                                      "score killed / (killed + survived): exit 0 all killed, 1 a survivor, 2 else")
+    p.add_argument("--sut", default="reference", help="the catalogue's name (harness/mutations/NAME.toml) or path")
+    p.add_argument("--only", help="comma-separated mutant names")
+    p.add_argument("--seed", type=int, help="seed of every grade (default: random, printed)")
+    p.add_argument("--jobs", type=_positive_int, default=1, help="mutants graded side by side on the one stack")
+    p.add_argument("--reports", help="folder for the run's folder (default: reports/runs under the checkout)")
+    p.set_defaults(func=cmd_mutate)
 
     p = sub.add_parser("explore", help="Hypothesis draws fault schedules and small workloads, runs each on one "
                                        "shared stack, shrinks a failing one and prints its `harness run` replay: "
