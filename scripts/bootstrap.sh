@@ -52,7 +52,8 @@ fi
 .venv/bin/python -c 'import sys; from harness import clock; sys.exit(0 if clock.fix_library() else 1)' \
   || fail "building harness/faketime_fix.c (cc -shared): clock_skew scenarios would break a sleeping program"
 # clockshift (harness/clockshift.c): the clock offset of a Go or static program, which libfaketime cannot reach.
-.venv/bin/python -c 'import sys; from harness import clock; sys.exit(0 if clock.clockshift() else 1)' \
+[ "$(uname -m)" != x86_64 ] \
+  || .venv/bin/python -c 'import sys; from harness import clock; sys.exit(0 if clock.clockshift() else 1)' \
   || fail "building harness/clockshift.c (cc): clock_skew scenarios could not move a Go program's clock"
 
 # --- Go tools, pinned: Toxiproxy (the stack), actionlint (lints docs/ci/github-actions.yml in the suite) -----------
