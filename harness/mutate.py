@@ -58,6 +58,7 @@ class Catalogue:
     sut: str
     package: str
     mutants: list[Mutant] = field(default_factory=list)
+    beside: list[str] = field(default_factory=list)  # paths next to the package it reads (linked beside the copy)
 
     @property
     def adapter_path(self) -> Path:
@@ -97,7 +98,7 @@ def load(path: Path | str) -> Catalogue:
         seen.add(raw["name"])
         mutants.append(Mutant(raw["name"], raw["kind"], raw["file"], raw["find"], raw["replace"],
                               list(raw["scenarios"]), raw.get("breaks", "")))
-    return Catalogue(path, data["sut"], data.get("package", data["sut"]), mutants)
+    return Catalogue(path, data["sut"], data.get("package", data["sut"]), mutants, list(data.get("beside") or []))
 
 
 def matches(mutant: Mutant, folder: Path) -> int:
@@ -138,6 +139,11 @@ def prepare(catalogue: Catalogue, mutant: Mutant, root: Path) -> Path:
     copy = root / catalogue.package
     shutil.copytree(catalogue.folder, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     apply(mutant, copy)
+    for name in catalogue.beside:  # e.g. the reference reads schemas/jobs.schema.json next to its package folder
+        source = catalogue.folder.parent / name
+        if not source.exists():
+            raise CatalogueError(f"{catalogue.path.name}: beside path {name} not found next to {catalogue.folder}")
+        (root / name).symlink_to(source, target_is_directory=source.is_dir())
     adapter_file = copy / catalogue.adapter_path.name
     adapter_file.write_text(mutant_adapter_text(catalogue.adapter_path.read_text(), mutant.name, root))
     return adapter_file
@@ -163,7 +169,10 @@ def outcome_of(results: dict | None, ended: str | None = None, reason: str | Non
         return {"outcome": "survived", "why": "every covering scenario valid", "checkers": [],
                 "scenarios": scenarios}
     doubtful = {n: v for n, v in scenarios.items() if v != "valid"}
-    why = (", ".join(f"{n} {v}" for n, v in doubtful.items()) if doubtful else "no scenario finished")
+    unsure = {s["name"]: [v["invariant"] for v in s.get("verdicts") or [] if v.get("status") == s["verdict"]]
+              for s in results.get("scenarios") or [] if s["verdict"] != "valid"}
+    why = (", ".join(f"{n} {v}" + (f" by {', '.join(unsure[n])}" if unsure.get(n) else "")
+                     for n, v in doubtful.items()) if doubtful else "no scenario finished")
     if ended not in (None, "done"):
         why += f"; the grade ended: {ended}" + (f" ({reason})" if reason else "")
     return {"outcome": "unknown", "why": why, "checkers": [], "scenarios": scenarios}

@@ -59,6 +59,17 @@ def test_a_mutant_runs_its_mutated_copy(tmp_path):
     assert mutant.find in (CATALOGUE.folder / mutant.file).read_text()
 
 
+def test_the_mutated_copy_finds_what_it_reads_beside_its_package(tmp_path):
+    """The first run without this killed an equivalent mutant by lost_accepted_work: the copy's relay could not
+    find schemas/jobs.schema.json next to the copied package and published nothing."""
+    mutate.prepare(CATALOGUE, CATALOGUE.mutants[0], tmp_path)
+    probe = "import reference.messages as m; print(m.__file__); print(sorted(m.schema()))"
+    run = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                         capture_output=True, text=True, cwd="/")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert Path(run.stdout.split()[0]).resolve().is_relative_to(tmp_path.resolve())
+
+
 def test_the_mutant_adapter_passes_the_adapter_check(tmp_path):
     from harness.adapter_check import check
 
@@ -89,7 +100,8 @@ def test_outcome_killed_names_the_checker():
 
 def test_outcome_survived_only_when_every_scenario_is_valid():
     assert mutate.outcome_of(_results(("a", "valid", [])), "done")["outcome"] == "survived"
-    assert mutate.outcome_of(_results(("a", "valid", []), ("b", "unknown", [])), "done")["outcome"] == "unknown"
+    unsure = mutate.outcome_of(_results(("a", "valid", []), ("b", "unknown", [("lease_renewal", "unknown")])), "done")
+    assert unsure["outcome"] == "unknown" and unsure["why"] == "b unknown by lease_renewal"
     assert mutate.outcome_of(_results(), "done")["outcome"] == "unknown"  # nothing ran: nothing proven
     assert mutate.outcome_of(_results(("a", "valid", [])), "timeout")["outcome"] == "unknown"
     assert mutate.outcome_of(None, "did not start", "setup failed")["outcome"] == "unknown"
