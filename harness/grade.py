@@ -54,6 +54,16 @@ def items_required_at(level: int, catalogue_scenarios) -> dict[str, list[str]]:
     return out
 
 
+def window_missed(scenario: dict) -> str | None:
+    """Why a scenario proves no row: its timed kill landed outside the window it aimed at (fault_coverage valid but
+    not exercised, with ``window_missed`` evidence); None otherwise."""
+    for v in scenario.get("verdicts") or []:
+        if v["invariant"] == "fault_coverage" and v["status"] == "valid" and not v.get("exercised", True) and any(
+                e.get("window_missed") for e in v.get("evidence") or []):
+            return f"fault_coverage: {v['summary']}"
+    return None
+
+
 def _item_row(item, ran: list[dict], skipped: list[dict], required: bool) -> dict:
     """One checklist row. It passes only when a scenario provoking it ran, none of the row's checks was invalid or
     unknown there, and every claim of its proof was observed (an exercised, valid verdict of the claim's check that
@@ -80,8 +90,13 @@ def _item_row(item, ran: list[dict], skipped: list[dict], required: bool) -> dic
     for s in ran:
         if s.get("error"):
             unknown.append(f"{s['name']}: run error: {s['error']}")
+        missed = window_missed(s)
+        if missed:  # its timed kill landed outside the window: nothing it observed is about this row's event
+            idle.append(f"{s['name']} (seed {s['seed']}): {missed}")
         declared = s.get("checks")
         for v in s.get("verdicts") or []:
+            if missed and v["status"] == "valid":
+                continue
             if v["invariant"] not in item.checks or (declared is not None and v["invariant"] not in declared):
                 continue
             label = f"{s['name']} (seed {s['seed']}): {v['invariant']}"
@@ -173,7 +188,7 @@ def _by_scenarios(rid: str, scenario_results: list[dict], skipped: list[dict], n
                                                        for s in tampered), "scenarios": names}
     invalid = [s for s in ran if s["verdict"] == "invalid"]
     unknown = [s for s in ran if s["verdict"] == "unknown"]
-    exercised = [f"{s['name']}: {v['invariant']}" for s in ran for v in proving_verdicts(rid, s)
+    exercised = [f"{s['name']}: {v['invariant']}" for s in ran if not window_missed(s) for v in proving_verdicts(rid, s)
                  if v["status"] == "valid" and v.get("exercised", True)]
     if invalid:
         why = "; ".join(

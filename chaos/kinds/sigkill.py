@@ -47,6 +47,12 @@ def draw(rng, pick) -> dict | None:
             "restart_after": round(rng.uniform(0.3, 2.0), 2)}
 
 
+def landed(step, history) -> bool:
+    """Whether a kill was sent at all (a timed kill may land outside the window it aims at: ``happened`` is False
+    then, but the fault itself was done — fault_coverage tells the two apart)."""
+    return any(e.get("action") == ACTION and e.get("phase") == "start" for e in history.of_type("fault"))
+
+
 def happened(step, history, final) -> tuple[bool, str]:
     """A kill sent; a timed one (``exactness="approximate"``) only with the evidence of the window it aimed at."""
     from ._windows import windows_hit

@@ -28,12 +28,35 @@ def _happened(step: dict, history, final: dict | None = None) -> tuple[bool, str
     return happened(step, history, final or {})
 
 
+def _landed(step: dict, history) -> bool:
+    """The kind's own word that its fault was done even though ``happened`` is False (a timed kill that landed
+    outside its window); False for kinds that do not say."""
+    from chaos.kinds import REGISTRY
+
+    landed = getattr(REGISTRY.get(step.get("action")), "landed", None)
+    return bool(landed and landed(step, history))
+
+
 def check(history, final, run) -> Verdict:
-    missing, done = [], []
+    missing, done, outside = [], [], []
     for step in run.get("schedule") or []:
         happened, what = _happened(step, history, final)
-        (done if happened else missing).append(evidence(f"fault {step.get('index')} ({step.get('action')}): {what}",
-                                                        fault=step.get("index")))
+        item = evidence(f"fault {step.get('index')} ({step.get('action')}): {what}", fault=step.get("index"))
+        if happened:
+            done.append(item)
+        elif _landed(step, history):
+            outside.append({**item, "window_missed": True})
+        else:
+            missing.append(item)
+    if outside and not missing:
+        # A timed kill is the harness's own, landed where the implementation happened to be: outside its window it
+        # tested nothing about the window (so the scenario proves no row: harness/grade.py), but nothing the
+        # scenario judges is in doubt either. A failpoint crash without its window's evidence stays unknown.
+        return Verdict(NAME, VALID, REQUIREMENTS,
+                       f"{len(outside)} timed kills landed outside the window they aimed at: the window was not "
+                       "tested in this run (its rows are proven elsewhere or not at all)", exercised=False,
+                       evidence=outside + done, seed=seed_of(run))
+    missing += outside
     if missing:
         unproven = any("no evidence it was hit" in e["message"] for e in missing)
         return Verdict(NAME, UNKNOWN, REQUIREMENTS,

@@ -107,10 +107,15 @@ def timed_kill(window: str, **scenario):
     return b
 
 
+def missed(verdict) -> bool:
+    """A timed kill that landed outside its window: valid, not exercised, marked so that it proves no row."""
+    return verdict.status == VALID and not verdict.exercised and all(e.get("window_missed") for e in verdict.evidence)
+
+
 def test_fault_coverage_counts_a_timed_kill_after_commit_only_with_a_redelivery_of_a_ready_job():
     b = timed_kill("after_commit_before_ack")
     verdict = fault_coverage.check(b.history(), b.final, b.run)
-    assert verdict.status == UNKNOWN and "after_commit_before_ack" in verdict.evidence[0]["message"], verdict.evidence
+    assert missed(verdict) and "after_commit_before_ack" in verdict.evidence[0]["message"], verdict.evidence
     b.add(3.1, "delivery", queue="work", redelivered=True, job_id=JOB, attempt=1)
     assert fault_coverage.check(b.history(), b.final, b.run).status == VALID
     peeked = timed_kill("after_commit_before_ack")
@@ -127,7 +132,7 @@ def test_fault_coverage_counts_a_timed_kill_of_the_publisher_only_with_a_late_or
     b.add(0.3, "fault", action="sigkill", phase="start", role="relay", window="after_commit_before_publish",
           exactness="approximate")
     b.add(1.3, "role", action="start", role="relay", pid=2)
-    assert fault_coverage.check(b.history(), b.final, b.run).status == UNKNOWN
+    assert missed(fault_coverage.check(b.history(), b.final, b.run))
     late = Builder()
     late.run["scenario"] = b.run["scenario"]
     late.run["schedule"] = b.run["schedule"]
@@ -139,6 +144,26 @@ def test_fault_coverage_counts_a_timed_kill_of_the_publisher_only_with_a_late_or
     assert fault_coverage.check(late.history(), late.final, late.run).status == VALID
     b.add(1.6, "message", body=job_message(), properties={})  # the same job published again after the kill
     assert fault_coverage.check(b.history(), b.final, b.run).status == VALID
+
+
+def test_a_scenario_whose_timed_kill_missed_its_window_proves_no_row_but_leaves_the_grade_alone():
+    # Issue 20 hole 1: the timed kill runs beside the failpoint scenario. Where it lands outside its window (a
+    # correct service acks a microsecond after its commit), the failpoint twin proves the row; the kill's scenario
+    # neither passes the row on checks that saw no window nor makes the grade unknown.
+    from harness.grade import checklist_rows
+
+    b = timed_kill("after_commit_before_ack")
+    coverage = fault_coverage.check(b.history(), b.final, b.run)
+    exercised = {"invariant": "duplicate_effects", "status": "valid", "exercised": True, "summary": "no duplicates",
+                 "evidence": [], "proves": []}
+    timed = {"name": "window-commit-ack-sigkill", "seed": 1, "verdict": "valid", "verifies": ["BE-JOB-002.2"],
+             "checks": ["duplicate_effects"], "verdicts": [exercised, coverage.to_dict()]}
+    row = checklist_rows([timed], [])["BE-JOB-002.2"]
+    assert row["status"] == "not proven" and "landed outside the window" in row["why"], row
+    exact = {**timed, "name": "window-commit-ack-failpoint", "verdicts": [exercised]}
+    row = checklist_rows([timed, exact], [])["BE-JOB-002.2"]
+    assert row["status"] == "pass" and "window-commit-ack-failpoint" in row["why"] and \
+        "window-commit-ack-sigkill" not in row["why"], row
 
 
 def test_fault_coverage_keeps_exact_and_windowless_kills_as_they_were():
