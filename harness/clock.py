@@ -371,3 +371,49 @@ def unverified(history) -> list[dict]:
     role held at start is verified again when it is released)."""
     latest = {e.get("role"): e for e in history.of_type("observe") if e.get("source") == "clock_skew"}
     return [e for e in latest.values() if e.get("status") not in IN_EFFECT]
+
+
+# --- a run's roles (harness/runner.py): their skewed environment, and the check that the offset took ---------------
+
+def run_role_env(run, role: str) -> dict:
+    """A role's environment for the run's clock: LD_PRELOAD=libfaketime + FAKETIME (and TZ) for a role the
+    scenario's clock_skew names (a Go or static program gets clockshift around its command instead: the runner)."""
+    zone = {"TZ": run.zones[role]} if role in run.zones else {}
+    if role not in run.skew:
+        return zone
+    lib, fix, _why = libraries()
+    if lib is None or fix is None:  # recorded as `unavailable` by verify_run
+        return zone
+    return {**faketime_env(run.skew[role], lib, {**run.env, **run.adapter.roles[role].env}, fix), **zone}
+
+
+def verify_run(run, only: list[str] | None = None) -> None:
+    """Record, per skewed instance of the run, whether its clock offset is shown to be in effect, and the TZ each
+    zoned instance started with."""
+    for name, instance in run.supervisor.instances.items():
+        if instance.role in run.zones and only is None:
+            run.history.append("observe", source="clock_tz", role=name, tz=run.zones[instance.role],
+                               groups=run.clock_groups.get(instance.role, []), status="set",
+                               reason="TZ set in the role's environment at start")
+    if not run.skew:
+        return
+    from . import http_clients
+    from .supervisor import group_members
+
+    lib, fix, why = libraries()
+    with http_clients.client(base_url=run.base_url) as client:
+        for name, instance in run.supervisor.instances.items():
+            if instance.role not in run.skew or (only is not None and name not in only):
+                continue
+            offset = run.skew[instance.role]
+            if lib is None or fix is None:
+                found = {"status": "unavailable", "reason": why}
+            else:
+                api = instance.role == run.adapter.http["role"]
+                # The role's own clock as it reports it: the Date header of the API, else of the role's /metrics.
+                http = run.adapter.http.get("health_path", "/healthz") if api else run.metrics_urls.get(name)
+                found = verify(instance, offset, group_members, http, client if http else None,
+                               wait_seconds=0.0 if api else 10.0)
+            run.history.append("observe", source="clock_skew", role=name, offset_seconds=offset,
+                               groups=run.clock_groups.get(instance.role, []), **found)
+            run.log(f"clock of {name} +{offset:g}s: {found['status']} ({found['reason']})")

@@ -345,45 +345,10 @@ class ScenarioRun:
         return links
 
     def _skew_env(self, role: str) -> dict:
-        """LD_PRELOAD=libfaketime + FAKETIME (and TZ) for a role the scenario's clock_skew names (harness/clock.py)."""
-        zone = {"TZ": self.zones[role]} if role in self.zones else {}
-        if role not in self.skew:
-            return zone
-        lib, fix, _why = clock.libraries()
-        if lib is None or fix is None:  # recorded as `unavailable` by _verify_skew
-            return zone
-        return {**clock.faketime_env(self.skew[role], lib, {**self.env, **self.adapter.roles[role].env}, fix),
-                **zone}
+        return clock.run_role_env(self, role)
 
     def _verify_skew(self, only: list[str] | None = None) -> None:
-        """Record, per skewed instance, whether its clock offset is shown to be in effect (harness/clock.py), and the
-        TZ each zoned instance started with."""
-        for name, instance in self.supervisor.instances.items():
-            if instance.role in self.zones and only is None:
-                self.history.append("observe", source="clock_tz", role=name, tz=self.zones[instance.role],
-                                    groups=self.clock_groups.get(instance.role, []), status="set",
-                                    reason="TZ set in the role's environment at start")
-        if not self.skew:
-            return
-        from .supervisor import group_members
-
-        lib, fix, why = clock.libraries()
-        with http_clients.client(base_url=self.base_url) as client:
-            for name, instance in self.supervisor.instances.items():
-                if instance.role not in self.skew or (only is not None and name not in only):
-                    continue
-                offset = self.skew[instance.role]
-                if lib is None or fix is None:
-                    found = {"status": "unavailable", "reason": why}
-                else:
-                    api = instance.role == self.adapter.http["role"]
-                    # The role's own clock as it reports it: the Date header of the API, else of the role's /metrics.
-                    http = self.adapter.http.get("health_path", "/healthz") if api else self.metrics_urls.get(name)
-                    found = clock.verify(instance, offset, group_members, http, client if http else None,
-                                         wait_seconds=0.0 if api else 10.0)
-                self.history.append("observe", source="clock_skew", role=name, offset_seconds=offset,
-                                    groups=self.clock_groups.get(instance.role, []), **found)
-                self.log(f"clock of {name} +{offset:g}s: {found['status']} ({found['reason']})")
+        clock.verify_run(self, only)
 
     def _wait_healthy(self, timeout: float | None = None) -> None:
         wait_http_healthy(self.adapter, self.base_url, timeout)
