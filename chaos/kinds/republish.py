@@ -26,9 +26,27 @@ def _candidates(ctx, target_state: str, limit: int) -> list[dict]:
     return unique[:limit]
 
 
+def _wait_for_consumers(ctx, step, wanted: int) -> None:
+    """Until the work queue has ``wanted`` consumers (an exact count), at most 10 s: copies meant to race on two
+    consumers prove nothing while the second instance is still starting (seen on a loaded machine: every copy went to
+    the one consumer there was). A count that never came is noted; the copies are published all the same."""
+    from .sigterm import consumers_now
+
+    deadline, now = time.monotonic() + 10.0, None
+    while time.monotonic() < deadline and not ctx.stopping.is_set():
+        now = consumers_now(ctx)
+        if now is not None and now >= wanted:
+            return
+        time.sleep(0.1)
+    ctx.history.append("note", message=f"republish: the work queue had {now} consumers, not {wanted}, after 10 s",
+                       fault=step["index"])
+
+
 def run(ctx, step) -> None:
     if not ctx.wait_trigger(step, first_delay(step)):
         return
+    if step.get("params", {}).get("consumers"):
+        _wait_for_consumers(ctx, step, int(step["params"]["consumers"]))
     target_state = step.get("params", {}).get("state", "ready")
     copies = int(step.get("count", 1))
     limit = int(step.get("params", {}).get("jobs", 2))

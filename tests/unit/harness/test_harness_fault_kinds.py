@@ -120,3 +120,33 @@ def test_a_kind_without_happened_is_not_proven(monkeypatch):
     monkeypatch.delattr(fault_kinds.REGISTRY["start_instance"], "happened")
     done, why = fault_coverage._happened({"action": "start_instance", "index": 0}, History(()))
     assert not done and "no happened()" in why
+
+
+def test_republish_waits_for_the_consumers_its_copies_must_race_on(monkeypatch):
+    """Copies meant to race on two consumers are published once the work queue counts two (a second instance still
+    starting took none of them on a loaded machine), and a count that never comes is noted, not waited forever."""
+    import threading
+
+    from chaos.kinds import republish, sigterm
+
+    class _Ctx:
+        stopping = threading.Event()
+
+        def __init__(self):
+            self.lines = []
+            self.history = self
+
+        def append(self, kind, **fields):
+            self.lines.append({"type": kind, **fields})
+
+    counts = iter([1, 1, 2])
+    monkeypatch.setattr(sigterm, "consumers_now", lambda ctx: next(counts))
+    ctx = _Ctx()
+    republish._wait_for_consumers(ctx, {"index": 0}, 2)
+    assert ctx.lines == []
+    monkeypatch.setattr(sigterm, "consumers_now", lambda ctx: 1)
+    clock = iter([0.0, 0.0, 11.0])
+    monkeypatch.setattr(republish.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(republish.time, "sleep", lambda s: None)
+    republish._wait_for_consumers(ctx, {"index": 0}, 2)
+    assert ctx.lines and "had 1 consumers, not 2" in ctx.lines[0]["message"]
