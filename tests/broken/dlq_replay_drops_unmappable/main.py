@@ -16,8 +16,8 @@ from reference.cli import main
 _replay_one = dlq._replay_one
 
 
-async def _drop_unmappable(pool, letter, audit, ttl_seconds):
-    result = await _replay_one(pool, letter, audit, ttl_seconds)
+async def _drop_unmappable(pool, letter, audit, *args, **kwargs):
+    result = await _replay_one(pool, letter, audit, *args, **kwargs)
     if result["outcome"] == "unmappable":  # THE BUG: acknowledged like a handled letter, gone from the queue
         result = {**result, "outcome": "already_terminal", "detail": "nothing to replay"}
     return result
