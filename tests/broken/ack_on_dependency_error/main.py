@@ -1,9 +1,11 @@
 """Broken on purpose: a delivery is acked (dropped) when a dependency fails.
 
-The reference waits a database outage out while it holds the delivery unacked (``Worker._db_timed``), and on a
-storage error records the retry durably (``processing -> queued``, a new attempt in the outbox) before it acks. This
-variant gives up instead: the first time the database does not answer while it handles a delivery (the claim, a
-lease or expiry check, the commit), or the store fails while it renders, it acks the delivery and records nothing.
+The reference waits a database outage out while it holds the delivery unacked (``Worker._db_timed``), waits an
+object-store outage out the same way, and on any other transient error records the retry durably (``processing ->
+queued``, a new attempt in the outbox) before it acks. This variant gives up instead: the first time the database
+does not answer while it handles a delivery (the claim, a lease or expiry check, the commit), or a transient error
+reaches its retry path, it acks the delivery and records nothing. (Since the reference waits store outages out
+inside the render, the database part is what ``database-outages-past-lease`` provokes.)
 The job stays ``queued`` or ``processing`` with no message anywhere; the sweeper's lease recovery and lost-message
 safety net (the reference's, unchanged) bring it back later, so every upload still ends ``ready``. Only the
 worker's database helper and its transient-error path are replaced; everything else is the reference.
