@@ -1,8 +1,9 @@
 """Broken on purpose: every error of the object store is taken for an outage and waited out, forever.
 
-The reference turns a failed write into a transient error of the job: the retry is recorded with backoff and the
-attempt budget bounds it (``failed``, ``attempts_exhausted``, once spent). This variant's worker treats every S3
-error — a 403 AccessDenied as much as a connection that hangs — as the store being down: it keeps the delivery and
+The reference waits a store that is down (5xx, unreachable) out within the job's deadline, but a refusal (403 and
+other 4xx) is an error of the job: the retry is recorded with backoff and the attempt budget bounds it (``failed``,
+``attempts_exhausted``, once spent). This variant's worker treats every S3 error — a 403 AccessDenied as much as a
+connection that hangs — as the store being down, with no bound at all: it keeps the delivery and
 its lease and tries the write again every half second until it goes through. Through a real outage that is
 harmless (the write succeeds once the store is back; the existing catalogue grades it valid); against a store that
 refuses for good, the job is never terminal. Only the worker's object write is replaced; everything else is the
