@@ -152,3 +152,26 @@ def test_the_harness_own_look_into_the_queue_is_no_consumer():
         b.transitions(att, [(start, None, "queued", 1, "api")])
     verdict = check(b)
     assert verdict.status == UNKNOWN and "no consumer was handed a delivery" in verdict.summary, verdict.summary
+
+
+def test_an_earlier_pipeline_versions_delivery_is_not_judged_by_the_latest_versions_transitions():
+    # Level 5: A and B were processed at version 1 and reprocessed at version 2, whose messages go to a queue of
+    # their own (not traced). The final read's transitions are version 2's; against them the version-1 deliveries
+    # looked held while C was handed out (a false alarm on the reference's pipeline-rollout, seed 20261129).
+    b = outage()
+    b.run["schedule"] = []
+    deliver(b, 1.0, A)
+    deliver(b, 1.1, B)
+    for attachment_id in (A, B):
+        b.transitions(attachment_id, [(2.6, None, "queued", 1, "api"), (2.7, "queued", "processing", 1, "worker"),
+                                      (5.0, "processing", "ready", 1, "worker")])
+        b.attachments[attachment_id]["body"]["versions"] = [{"pipeline_version": 1, "state": "ready"},
+                                                            {"pipeline_version": 2, "state": "ready"}]
+    b.transitions(C, [(0.7, None, "queued", 1, "api"), (3.1, "queued", "processing", 1, "worker"),
+                      (4.0, "processing", "ready", 1, "worker")])
+    deliver(b, 3.0, C)
+    verdict = check(b)
+    assert verdict.status != INVALID, verdict.summary
+    for attachment_id in (A, B):  # one version each: the same history is the invalid shape it was
+        b.attachments[attachment_id]["body"]["versions"] = [{"pipeline_version": 1, "state": "ready"}]
+    assert check(b).status == INVALID
