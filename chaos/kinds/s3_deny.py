@@ -20,7 +20,8 @@ import time
 from . import first_delay
 
 ACTION = "s3_deny"
-RECORDS = "fault action=s3_deny phase=start (bucket, denied, probe_status, probe_code) and phase=end (restored)"
+RECORDS = ("fault action=s3_deny phase=start (bucket, denied, probe_status, probe_code, applied_wall) and phase=end "
+           "(restored)")
 PROBE_KEY = "harness-probe/s3-deny"
 
 
@@ -99,10 +100,13 @@ def run(ctx, step) -> None:
         ctx.history.append("note", message="s3_deny: no S3 store of the harness's own, or no run bucket: cannot "
                            "refuse writes", fault=step["index"])
         return
+    # The refusal is in force from the policy change, seconds before the probe proves it on a loaded machine: a job
+    # that met it meanwhile (a fast worker fails at once) must be judged as having met it.
+    applied_wall = time.time()
     set_writes(store, bucket, writes=False)
     status, code = probe(store, bucket, access_key, secret_key)
     ctx.history.append("fault", action=ACTION, phase="start", fault=step["index"], service="s3", bucket=bucket,
-                       denied="write", probe_status=status, probe_code=code)
+                       denied="write", probe_status=status, probe_code=code, applied_wall=applied_wall)
     ctx.log(f"S3 writes refused in {bucket} (probe: {status} {code})")
     step["_denied"] = bucket
     duration = step.get("duration")

@@ -32,6 +32,12 @@ def refusals(history) -> list[dict]:
             and e.get("probe_status") == 403]
 
 
+def refused_from(start: dict) -> float:
+    """When the refusal took effect: the policy change (``applied_wall``), before the probe that proved it and the
+    line that says so (a run recorded before the field: the line's own time)."""
+    return float(start.get("applied_wall") or start["wall"])
+
+
 def state_at(trans: list[dict], wall: float) -> str | None:
     current = None
     for t in trans:
@@ -47,7 +53,7 @@ def met_refusal(history, final, attachment_id: str) -> bool:
     proven = refusals(history)
     if not proven or any(e.get("action") == DENY_ACTION and e.get("phase") == "end" for e in history.of_type("fault")):
         return False
-    return state_at(transitions_of(history, final or {}, attachment_id), proven[0]["wall"]) not in TERMINAL_STATES
+    return state_at(transitions_of(history, final or {}, attachment_id), refused_from(proven[0])) not in TERMINAL_STATES
 
 
 def check(history, final, run) -> Verdict:
@@ -79,12 +85,12 @@ def check(history, final, run) -> Verdict:
         record = (final.get("attachments") or {}).get(attachment_id) or {}
         body = record.get("body") or {}
         trans = transitions_of(history, final, attachment_id)
-        before = state_at(trans, start["wall"])
+        before = state_at(trans, refused_from(start))
         if before in TERMINAL_STATES:
             continue  # done before the refusal
         state, attempt, code = body.get("state"), body.get("attempt"), body.get("error_code")
         base = dict(attachment_id=attachment_id, events=[start], state=state, attempt=attempt, error_code=code,
-                    state_at_refusal=before, refused_from_wall=start["wall"])
+                    state_at_refusal=before, refused_from_wall=refused_from(start))
         if ended is not None:
             notes.append(f"{attachment_id}: the refusal ended before its outcome could be judged")
             continue
@@ -102,7 +108,7 @@ def check(history, final, run) -> Verdict:
             failed_at = next((t["at"] for t in reversed(trans) if t["to"] == "failed" and t["at"] is not None), None)
             proven_items.append(evidence(
                 f"failed ({code}) at attempt {attempt}" + (f" of {max_attempts:g}" if max_attempts else "")
-                + (f", {failed_at - start['wall']:.1f}s after the refusal" if failed_at is not None else ""),
+                + (f", {failed_at - refused_from(start):.1f}s after the refusal" if failed_at is not None else ""),
                 **base))
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} jobs met a permanent refusal of the store "

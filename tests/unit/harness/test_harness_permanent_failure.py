@@ -149,3 +149,21 @@ def test_the_kind_refuses_writes_of_the_runs_own_key_once_the_workload_ended_and
     step = {"action": "s3_deny", "index": 4, "duration": 0}
     s3_deny.run(ctx, step)  # with a duration: the full policy is given back, and the end recorded
     assert calls[-1] == ("run-b", True) and ctx.history.lines[-1]["phase"] == "end"
+
+
+def test_a_job_that_met_the_refusal_before_the_probe_proved_it_met_it_all_the_same():
+    # A fast worker fails its job between the policy change (applied_wall) and the line written once the harness's
+    # own PUT proved the refusal — a second later on a loaded machine (the TypeScript example's grade in CI, where
+    # 4 of 4 such jobs were taken for good work lost).
+    from harness_histories import T0
+
+    b = denied()
+    [start] = [e for e in b.events if e["type"] == "fault"]
+    start["applied_wall"] = T0 + 0.5
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (0.6, "queued", "processing", 1, "worker"),
+                        (0.8, "processing", "failed", 1, "worker")], error_code="storage_refused")
+    verdict = check(b)
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert permanent_failure.met_refusal(b.history(), b.final, ATT)
+    del start["applied_wall"]  # the line alone: the job's failure predates it
+    assert not permanent_failure.met_refusal(b.history(), b.final, ATT)
