@@ -36,6 +36,11 @@ SPAWN_SLACK_SECONDS = 0.1
 # S3 Last-Modified has whole seconds (rounded down) and a PUT started just before the deadline may be dated a
 # moment after it: only a write this long after the latest possible deadline counts as started past it.
 LATE_WRITE_SLACK_SECONDS = 1.0
+# Work that ended expired (the right outcome) and left an object dated after its deadline: the write may have been
+# issued just before the deadline (the check before each effect passed) and stored later, the client and the store
+# starved on a loaded machine (a correct TypeScript worker's thumbnail was dated 1-2 s past it in a CI rehearsal).
+# Only a write this much later than the slack above counts as started past the deadline.
+IN_FLIGHT_WRITE_SECONDS = 1.5
 # The implementation's own stamps (a commit event's ``at`` against the ``expires_at`` on the wire) come from its own
 # clocks: a commit this much past the deadline they state is past it (more where the run moved a role's clock).
 OWN_CLOCK_SLACK_SECONDS = 0.5
@@ -305,7 +310,8 @@ def check(history, final, run) -> Verdict:
             # must not start its effect; the seeds: re-check after a wait that may exceed the deadline). The
             # server stamped the deadline no later than the 202 + TTL; S3 dates whole seconds (rounded down).
             late = [o for o in written_after(attachment_id, record, final,
-                                             acc["ok"]["wall"] + float(ttl) + LATE_WRITE_SLACK_SECONDS)
+                                             acc["ok"]["wall"] + float(ttl) + LATE_WRITE_SLACK_SECONDS
+                                             + IN_FLIGHT_WRITE_SECONDS)
                     ] if ttl is not None else []
             if late:
                 problems.append(evidence("expired work wrote objects after its deadline (an effect started past "
