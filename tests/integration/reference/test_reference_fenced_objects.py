@@ -37,8 +37,8 @@ if os.environ.get("TEST_RENDER_SALT") or os.environ.get("TEST_PUT_MARKER"):
     marker = os.environ.get("TEST_PUT_MARKER")
     render = worker.RenderPool.render
 
-    async def salted(self, data, variants):
-        out = await render(self, data, variants)
+    async def salted(self, data, variants, *args, **kwargs):
+        out = await render(self, data, variants, *args, **kwargs)
         return [dataclasses.replace(v, data=v.data + salt) for v in out]  # trailing bytes: another "renderer"
 
     worker.RenderPool.render = salted
