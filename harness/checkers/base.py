@@ -259,3 +259,13 @@ def evidence(message: str, *, attachment_id=None, job_id=None, events=(), **extr
 
 def final_read_ok(final: dict) -> bool:
     return bool(final) and final.get("read_ok", False)
+
+
+def state_at(trans: list[dict], wall: float) -> str | None:
+    """The state a job was in at ``wall`` by its transitions (``transitions_of``), None before the first."""
+    state = None
+    for t in trans:
+        if t["at"] is None or t["at"] > wall:
+            break
+        state = t["to"]
+    return state

@@ -37,7 +37,7 @@ import bisect
 
 from . import duplicate_effects
 from .base import (INVALID, TERMINAL_STATES, VALID, Verdict, accepted_attachments, evidence,
-                   final_read_ok, role_kind, seed_of, transitions_of, undecided)
+                   final_read_ok, role_kind, seed_of, state_at, transitions_of, undecided)
 
 NAME = "batch_independence"
 REQUIREMENTS = ("BE-JOB-007",)
@@ -61,15 +61,6 @@ def _intervals(trans: list[dict]) -> list[dict]:
         out.append({"start": t["at"], "end": leave["at"] if leave else None, "to": leave["to"] if leave else None,
                     "claim": t, "leave": leave})
     return out
-
-
-def _state_at(trans: list[dict], wall: float) -> str | None:
-    state = None
-    for t in trans:
-        if t["at"] is None or t["at"] > wall:
-            break
-        state = t["to"]
-    return state
 
 
 def _lines(history, attachment_id: str, *, to: str | None = None) -> list[dict]:
@@ -278,7 +269,7 @@ def check(history, final, run) -> Verdict:
         # A listed look counts only unfinished jobs: a finished job's message in the queue may be an older copy.
         traced = bool(looked) and looked[0].get("kind") == "traced_redeliveries"
         returned = [m for m in (looked[0].get("messages") or [] if looked else []) if m.get("redelivered") and (
-                    traced or _state_at(trans_of(m.get("attachment_id")), failure["start"]) not in TERMINAL_STATES)]
+                    traced or state_at(trans_of(m.get("attachment_id")), failure["start"]) not in TERMINAL_STATES)]
         returned_most = max(returned_most, len(returned))
         near = multi if one_at_a_time else [e for e in multi
                                             if failure["start"] - window <= e["wall"] <= failure["end"] + lag]
@@ -341,7 +332,7 @@ def check(history, final, run) -> Verdict:
         elif looked:
             since = _started_at(failure, starts)
             for m in in_flight:
-                if _state_at(trans_of(m["attachment_id"]), looked[0]["wall"]) in TERMINAL_STATES:
+                if state_at(trans_of(m["attachment_id"]), looked[0]["wall"]) in TERMINAL_STATES:
                     continue  # it committed before the kill landed: not in flight after all
                 if since is not None and m["stay"]["start"] < since:
                     continue  # claimed by an earlier life of the consumer: its delivery went with that one

@@ -19,7 +19,7 @@ budget is spent), the job must end ``failed`` with an ``error_code``, within ``m
 from __future__ import annotations
 
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok,
-                   seed_of, timing, transitions_of)
+                   seed_of, state_at, timing, transitions_of)
 
 NAME = "permanent_failure"
 REQUIREMENTS = ["BE-JOB-003"]
@@ -36,15 +36,6 @@ def refused_from(start: dict) -> float:
     """When the refusal took effect: the policy change (``applied_wall``), before the probe that proved it and the
     line that says so (a run recorded before the field: the line's own time)."""
     return float(start.get("applied_wall") or start["wall"])
-
-
-def state_at(trans: list[dict], wall: float) -> str | None:
-    current = None
-    for t in trans:
-        if t["at"] is None or t["at"] > wall:
-            break
-        current = t["to"]
-    return current
 
 
 def met_refusal(history, final, attachment_id: str) -> bool:
