@@ -194,6 +194,18 @@ def check(history, final, run) -> Verdict:
                  {e["attachment_id"] for e in history.of_type("transition") if e.get("attachment_id")})
     problems, proven, unknowns, notes = [], [], [], []
     asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
+
+    def judged_after_recovery(stop, cont) -> bool:
+        """The pause judged by what its owner's delivery did after the job was recovered (no probe to read): each
+        finding filed; an unknown where the scenario does not ask for this checker is a note. False: nothing to judge."""
+        judged = after_recovery(history, final, run, consumers, ids, stop, cont, lease)
+        for status, item in judged:
+            if status == UNKNOWN and not asked:  # not this scenario's question: a note, not an unknown
+                notes.append(f"{item['attachment_id']}: not judged after its recovery: {item['message']}")
+                continue
+            {VALID: proven, INVALID: problems, UNKNOWN: unknowns}[status].append(item)
+        return bool(judged)
+
     for stop, cont in paused:
         if cont is None:
             notes.append(f"pause at line {stop['line']} never ended")
@@ -204,13 +216,7 @@ def check(history, final, run) -> Verdict:
             continue
         probe = next(((s, e) for s, e in probes if s["seq"] > cont["seq"]), None)
         if probe is None:
-            judged = after_recovery(history, final, run, consumers, ids, stop, cont, lease)
-            if judged:
-                for status, item in judged:
-                    if status == UNKNOWN and not asked:  # not this scenario's question: a note, not an unknown
-                        notes.append(f"{item['attachment_id']}: not judged after its recovery: {item['message']}")
-                        continue
-                    {VALID: proven, INVALID: problems, UNKNOWN: unknowns}[status].append(item)
+            if judged_after_recovery(stop, cont):
                 continue
             notes.append(f"pause at line {stop['line']}: no probe after the wake-up")
             continue
@@ -219,13 +225,7 @@ def check(history, final, run) -> Verdict:
         hold = next((h for h in hold_intervals(history, others) if h[0] <= stop["wall"]
                      and (h[1] is None or (p_end is not None and h[1] >= p_end["wall"]))), None) if others else True
         if hold is None:
-            judged = after_recovery(history, final, run, consumers, ids, stop, cont, lease)
-            if judged:
-                for status, item in judged:
-                    if status == UNKNOWN and not asked:  # not this scenario's question: a note, not an unknown
-                        notes.append(f"{item['attachment_id']}: not judged after its recovery: {item['message']}")
-                        continue
-                    {VALID: proven, INVALID: problems, UNKNOWN: unknowns}[status].append(item)
+            if judged_after_recovery(stop, cont):
                 continue
             notes.append(f"pause at line {stop['line']} not probed: {', '.join(sorted(others))} not held from before "
                          "the pause to the end of the probe (a recovery could mask a lost delivery)")
