@@ -56,6 +56,16 @@ class HistoryWriter:
         self._wall = wall
         self._t0 = clock()
         self._seq = 0
+        self._faults_started: dict[int, threading.Event] = {}  # fault index -> set at its first start/hit line
+
+    def _fault_started(self, index: int) -> threading.Event:
+        with self._lock:
+            return self._faults_started.setdefault(index, threading.Event())
+
+    def wait_fault_started(self, index: int, timeout: float) -> bool:
+        """Until a ``fault`` line of step ``index`` with phase start or hit is written (another step may wait for
+        one: a hold released once the fault it covers is in force), at most ``timeout`` seconds."""
+        return self._fault_started(index).wait(timeout)
 
     def now(self) -> float:
         return round(self._clock() - self._t0, 6)
@@ -68,6 +78,8 @@ class HistoryWriter:
             line = {"seq": self._seq, "t": self.now(), "wall": round(self._wall(), 6), "type": type_, **fields}
             self._file.write(json.dumps(line, sort_keys=True, default=str) + "\n")
             self._file.flush()
+            if type_ == "fault" and fields.get("phase") in ("start", "hit") and isinstance(fields.get("fault"), int):
+                self._fault_started(fields["fault"]).set()
             return line
 
     def close(self) -> None:

@@ -1,5 +1,6 @@
 """``hold``: roles kept stopped while work piles up — from before the workload (no trigger; ``hold_seconds`` count
-from the workload start) or from a trigger — then started again, sampling the work queue's consumers if asked."""
+from the workload start, and ``until_fault`` holds on until that step's fault is in force) or from a trigger — then
+started again, sampling the work queue's consumers if asked."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def prepare(ctx, step) -> None:
 def run(ctx, step) -> None:
     if untimed(step):
         time.sleep(max(0.0, ctx.workload_started + float(step.get("hold_seconds", 5)) - time.monotonic()))
+        if step.get("until_fault") is not None:
+            wait_for_fault(ctx, step, int(step["until_fault"]))
     else:
         if not ctx.wait_trigger(step, first_delay(step)):
             return
@@ -28,6 +31,17 @@ def run(ctx, step) -> None:
     if step.get("sample_consumers"):
         ctx.start_sampler(step)
     ctx.release(step)
+
+
+def wait_for_fault(ctx, step, index: int) -> None:
+    """Held on past ``hold_seconds`` until step ``index``'s fault is in force (its start line), at most the step's
+    ``timeout``: on a loaded machine a clock alone can release the roles before the fault they were held for."""
+    deadline = time.monotonic() + float(step.get("timeout", 30))
+    while not ctx.history.wait_fault_started(index, 0.1):
+        if time.monotonic() > deadline or ctx.stopping.is_set():
+            ctx.history.append("note", message=f"hold: fault {index} was not in force within the timeout; released",
+                               fault=step["index"])
+            return
 
 
 def allowed(adapter, level: int) -> str | None:

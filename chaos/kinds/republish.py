@@ -57,14 +57,16 @@ def run(ctx, step) -> None:
     while not unique and time.monotonic() < deadline and not ctx.stopping.wait(0.05):
         unique = _candidates(ctx, target_state, limit)
     jobs = [m["body"]["job_id"] for m in unique]
-    ctx.history.append("fault", action="republish", phase="start", jobs=jobs, copies=copies, state=target_state)
+    ctx.history.append("fault", action="republish", phase="start", fault=step["index"], jobs=jobs, copies=copies,
+                       state=target_state)
     ctx.log(f"republishing {copies}× {len(unique)} jobs ({target_state})")
 
     def send(m):  # where the original went, with every property and header it had
         return ctx.broker.management.publish(m["exchange"], m["routing_key"], m["raw"], m["properties"])
     with ThreadPoolExecutor(max(1, copies * len(unique))) as pool:
         routed = list(pool.map(send, [m for m in unique for _ in range(copies)]))
-    ctx.history.append("fault", action="republish", phase="end", jobs=jobs, routed=sum(routed))
+    ctx.history.append("fault", action="republish", phase="end", fault=step["index"], jobs=jobs,
+                       routed=sum(routed))
 
 
 def draw(rng, pick) -> dict:

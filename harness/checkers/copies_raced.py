@@ -47,13 +47,31 @@ def _attachment_of(history) -> dict[str, str]:
     return out
 
 
+def _republish_that_never_happened(history, run) -> list[dict]:
+    """Evidence naming each scheduled republish fault (its index) that copied no job, with what the run noted about
+    it (a trigger that never came, a consumer count that never reached the one asked for)."""
+    steps = [i for i, f in enumerate(((run or {}).get("scenario") or {}).get("faults") or [])
+             if f.get("action") == "republish"]
+    empty = [e for e in history.of_type("fault") if e.get("action") == "republish" and e.get("phase") == "start"]
+    steps += [e["fault"] for e in empty if e.get("fault") is not None and e["fault"] not in steps]
+    out = []
+    for index in steps:
+        notes = [e for e in history.of_type("note") if e.get("fault") == index]
+        starts = [e for e in empty if e.get("fault") == index]
+        why = "; ".join(str(n.get("message")) for n in notes) or \
+            ("it found no job in the state it copies" if starts else "it never started")
+        out.append(evidence(f"fault {index} (republish) copied no job: {why}", fault=index, events=notes + starts))
+    return out
+
+
 def check(history, final, run) -> Verdict:
     consumers = consumer_roles(run)
     starts = [e for e in history.of_type("fault") if e.get("action") == "republish" and e.get("phase") == "start"
               and e.get("jobs")]
     ends = [e for e in history.of_type("fault") if e.get("action") == "republish" and e.get("phase") == "end"]
     if not starts:
-        return not_proven(NAME, REQUIREMENTS, "a race of copies", "no job was republished", run, [])
+        return not_proven(NAME, REQUIREMENTS, "a race of copies", "no job was republished", run,
+                          _republish_that_never_happened(history, run))
     attachment_of = _attachment_of(history)
     traced = any(e.get("source") == "firehose" and e.get("deliveries") for e in history.of_type("observe"))
     raced, missed = [], []

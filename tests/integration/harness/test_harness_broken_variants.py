@@ -21,7 +21,11 @@ TIMING_SEEDS = {"ack_multiple": (SEED, 7, 11, 13, 17),  # all of 4242, 7 and 11 
                 # Exact backoff on a 1 s poller, each job's work 0-1 s long: on a loaded machine that work's spread
                 # can leave the late retries' spread in the band that proves neither (unknown, never valid): 4242
                 # did once in a CI rehearsal; 1, 3 and 4 were invalid when it was written.
-                "exact_backoff_polled": (SEED, 1, 3, 4)}
+                "exact_backoff_polled": (SEED, 1, 3, 4),
+                # The writes that must fall inside the refusal come after the render of a 4000x4000 image: on a
+                # loaded CI runner all of them once landed outside it (lease_renewal said "window not hit": unknown,
+                # never valid). 4242 was invalid here when that happened there.
+                "renewal_ignored": (SEED, 5, 9)}
 CASES = [
     # variant folder, the one scenario that catches it, the invariants that must call it invalid
     ("ack_before_commit", "window-s3-commit-failpoint", {"ack_after_commit"}),

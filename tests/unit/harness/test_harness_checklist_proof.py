@@ -152,6 +152,19 @@ def test_copies_raced_only_when_two_consumers_held_the_job_before_it_was_done():
     assert v.status == UNKNOWN and "after the job was already terminal" in v.summary
 
 
+def test_a_republish_that_copied_nothing_is_named_by_its_fault():
+    # Active-standby consumers: the republish waits for two consumers that never come, and the job it would copy is
+    # done by then. The row stays unknown, and the evidence names the fault and why it did not happen.
+    b = Builder(scenario={"name": "concurrent-duplicate-delivery", "checks": ["copies_raced"],
+                          "faults": [{"action": "republish", "params": {"consumers": 2}}]})
+    b.upload(0.1)
+    b.add(10.5, "note", message="republish: the work queue had 1 consumers, not 2, after 10 s", fault=0)
+    b.add(10.6, "fault", action="republish", phase="start", fault=0, jobs=[], copies=3, state="processing")
+    v = copies_raced.check(b.history(), b.final, b.run)
+    assert v.status == UNKNOWN and "no job was republished" in v.summary
+    assert v.evidence[0]["fault"] == 0 and "1 consumers, not 2" in v.evidence[0]["message"], v.evidence
+
+
 def test_copies_raced_has_nothing_to_say_without_a_republish():
     b = happy()
     v = copies_raced.check(b.history(), b.final, b.run)

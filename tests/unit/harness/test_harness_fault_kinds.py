@@ -150,3 +150,40 @@ def test_republish_waits_for_the_consumers_its_copies_must_race_on(monkeypatch):
     monkeypatch.setattr(republish.time, "sleep", lambda s: None)
     republish._wait_for_consumers(ctx, {"index": 0}, 2)
     assert ctx.lines and "had 1 consumers, not 2" in ctx.lines[0]["message"]
+
+
+def test_a_hold_covering_a_fault_is_released_once_that_fault_is_in_force(tmp_path):
+    """``until_fault``: roles held from before the workload stay held past ``hold_seconds`` until the named step's
+    fault line is written (released by a clock alone, a loaded machine's consumers finished every job before the
+    store refused anything), and a fault that never comes releases them at the step's timeout, noted."""
+    import threading
+    import time
+
+    from chaos.kinds import hold
+    from harness.history import HistoryWriter
+
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+
+    class _Ctx:
+        stopping = threading.Event()
+        history = writer
+        workload_started = time.monotonic()
+
+        def __init__(self):
+            self.released = None
+
+        def release(self, step):
+            self.released = time.monotonic()
+
+    ctx = _Ctx()
+    threading.Timer(0.3, lambda: writer.append("fault", action="s3_deny", phase="start", fault=1)).start()
+    began = time.monotonic()
+    hold.run(ctx, {"index": 0, "action": "hold", "hold": ["worker"], "hold_seconds": 0, "until_fault": 1,
+                   "timeout": 10})
+    assert ctx.released is not None and ctx.released - began >= 0.25
+    never = _Ctx()
+    hold.run(never, {"index": 0, "action": "hold", "hold": ["worker"], "hold_seconds": 0, "until_fault": 2,
+                     "timeout": 0.3})
+    writer.close()
+    lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    assert never.released is not None and any("fault 2 was not in force" in x.get("message", "") for x in lines)
