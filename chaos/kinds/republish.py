@@ -43,10 +43,12 @@ def _wait_for_consumers(ctx, step, wanted: int) -> None:
 
 
 def run(ctx, step) -> None:
-    if not ctx.wait_trigger(step, first_delay(step)):
-        return
+    # The consumers first, then the trigger: a job seen processing while the second consumer was still starting may
+    # be done by the time it is up, leaving nothing to copy.
     if step.get("params", {}).get("consumers"):
         _wait_for_consumers(ctx, step, int(step["params"]["consumers"]))
+    if not ctx.wait_trigger(step, first_delay(step)):
+        return
     target_state = step.get("params", {}).get("state", "ready")
     copies = int(step.get("count", 1))
     limit = int(step.get("params", {}).get("jobs", 2))
