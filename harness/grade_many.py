@@ -9,9 +9,10 @@ fresh tenant) with the same base seed, each within a time limit:
 - a grade that ends is a row with its verdict and each requirement's status (BE-JOB-001 … 007);
 - a submission whose first scenario cannot start it (setup fails, the API never healthy) is a row
   ``did not start`` with the run error and the last line of its log; its other scenarios are not tried;
-- a submission past its time limit is stopped — the grade is interrupted (its own teardown stops its roles), then
-  every role process still running is killed by PID (its process group), as is any other process the grade
-  started (a setup command) — and its row says ``timeout``; the scenarios that finished keep their report;
+- a submission past its time limit is stopped — each grade runs in a child process of its own
+  (harness/grade_child.py); the child is told to stop (its grade's teardown stops its roles), then kills by PID
+  every process still running below it (each process group it leads), and a child that does not exit in time is
+  killed with its whole tree — and its row says ``timeout``; the scenarios that finished keep their report;
 - anything else that goes wrong is a row ``error`` with the exception: never a crash of the whole run.
 
 The table is rewritten after every submission (``table.md``, ``table.csv``, ``index.html`` and ``results.json``
@@ -19,19 +20,18 @@ in ``<reports>/grade-many-<stamp>-L<level>-s<seed>/``), next to one folder per s
 feedback page; the class table (``class.csv``, ``class.html``, ``class.json``: every checklist row, the level
 achieved, the time, the reproduce command) is harness/class_table.py's.
 
-``--jobs N`` grades N submissions at once on the one stack (a :class:`RunGate` lets a scenario that restarts a
-shared service, and the tidy-up between submissions, run alone); ``--shard i/n`` grades the i-th of n round-robin
-slices of the submission list sorted by name; ``grade-many merge DIR...`` joins shards into one class table.
+``--jobs N`` grades N submissions at once on the one stack (a :class:`RunGate`, file locks shared by the
+processes, lets a scenario that restarts a shared service, and the tidy-up between submissions, run alone);
+``--shard i/n`` grades the i-th of n round-robin slices of the submission list sorted by name; ``grade-many merge DIR...`` joins shards into one class table.
 Exit code: 0 when every submission is valid, 1 if any is invalid or tampered, 2 otherwise (unknown, not proven, not
 graded), 3 when the shared stack did not start (twice): harness/errors.py.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 import os
 import signal
 import threading
@@ -42,25 +42,13 @@ from pathlib import Path
 
 from . import adapter as adapter_mod
 from . import scenarios as catalogue_mod
+from .grade_child import DidNotStart, FileGate, SubmissionTimeout, _stat, answer, child_main, kill_tree
 from .report import table
 from .runner import REPORTS_DIR
 
 DEFAULT_TIMEOUT = 1800.0
-GRACEFUL_STOP_SECONDS = 20.0  # for the interrupted grade's own teardown, before roles are killed by PID
-SETTLE_SECONDS = 60.0  # for the interrupted grade's fault threads (a service restart, a hold) to end
+GRACEFUL_STOP_SECONDS = 20.0  # for the interrupted grade's own teardown, before its process tree is killed
 SERVICES = ("postgres", "rabbitmq", "s3", "toxiproxy")
-
-
-class SubmissionTimeout(BaseException):
-    """Raised inside a grade's thread when its submission is past its time limit (never caught as an Exception)."""
-
-
-class DidNotStart(BaseException):
-    """Raised inside a grade's thread when a scenario could not even start the submission."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 @dataclass
@@ -112,15 +100,6 @@ def discover(arguments: list[str]) -> list[Submission]:
 
 # --- processes: ours, by PID ------------------------------------------------------------------------------------------
 
-def _stat(pid: int) -> list[str] | None:
-    """Fields of /proc/<pid>/stat after the command name (state first), None if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
 def _ticks_now() -> int:
     """Now, in the clock ticks since boot that /proc/<pid>/stat's start time uses."""
     with open("/proc/uptime", encoding="ascii") as f:
@@ -171,97 +150,9 @@ def roles_running(folder: Path) -> dict[str, int]:
     return running
 
 
-def kill_ours(pids: dict[int, str], say) -> list[str]:
-    """SIGKILL each pid's process group (each role and setup command leads its own), but only for a pid that is
-    still this process's child: a number that was reused by someone else is never signalled."""
-    mine = our_children()
-    done = []
-    for pid, what in pids.items():
-        fields = mine.get(pid)
-        if fields is None:
-            continue
-        try:
-            pgid = int(fields[2])
-            if pgid == pid:
-                os.killpg(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-            done.append(f"{what} pid {pid}")
-        except (ProcessLookupError, PermissionError, ValueError):
-            continue
-    if done:
-        say(f"    killed by PID: {', '.join(done)}")
-        _reap([pid for pid in pids if pid in mine])
-    return done
-
-
-def _reap(pids: list[int], timeout: float = 10.0) -> None:
-    """Wait for killed children to exit and collect them, so none lingers as a zombie: their ``Popen`` objects
-    belong to the interrupted grade, which may never poll them again."""
-    left, deadline = set(pids), time.monotonic() + timeout
-    while left and time.monotonic() < deadline:
-        for pid in list(left):
-            try:
-                if os.waitpid(pid, os.WNOHANG)[0] == pid:
-                    left.discard(pid)
-            except ChildProcessError:  # already collected (by its Popen)
-                left.discard(pid)
-        if left:
-            time.sleep(0.05)
-
-
-def _raise_in(thread: threading.Thread, exc_type: type[BaseException]) -> bool:
-    """Raise ``exc_type`` asynchronously in ``thread`` (at its next Python instruction)."""
-    if thread.ident is None or not thread.is_alive():
-        return False
-    set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
-    changed = set_async(ctypes.c_ulong(thread.ident), ctypes.py_object(exc_type))
-    if changed > 1:  # never happens for a live thread id; undo rather than hit several threads
-        set_async(ctypes.c_ulong(thread.ident), None)
-        return False
-    return changed == 1
-
-
-class RunGate:
-    """Several submissions on one stack (``--jobs N``): scenarios run under the shared side, side by side; a scenario
-    that restarts a shared service (and the tidy-up between submissions) under the exclusive side, alone."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._shared = 0
-        self._exclusive = False
-        self._waiting = 0  # exclusive requests waiting: new shared holders wait behind them
-
-    @contextmanager
-    def shared(self):
-        with self._cond:
-            while self._exclusive or self._waiting:
-                self._cond.wait(0.5)  # short waits: a time limit raised in this thread is seen within 0.5 s
-            self._shared += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._shared -= 1
-                self._cond.notify_all()
-
-    @contextmanager
-    def exclusive(self):
-        with self._cond:
-            self._waiting += 1
-            try:  # an interrupted wait (a time limit raised in this thread) must not leave the others waiting
-                while self._exclusive or self._shared:
-                    self._cond.wait(0.5)
-            finally:
-                self._waiting -= 1
-                self._cond.notify_all()
-            self._exclusive = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
+# Several submissions on one stack (--jobs N), each grade in its own process: the gate is a pair of file locks
+# (harness/grade_child.py), released by the kernel when a holder dies.
+RunGate = FileGate
 
 
 # --- one submission ---------------------------------------------------------------------------------------------------
@@ -330,7 +221,7 @@ def _last_line(path: Path) -> str:
 
 
 class SubmissionGrade:
-    """One submission's grade in a thread of its own, under a time limit."""
+    """One submission's grade in a child process of its own (harness/grade_child.py), under a time limit."""
 
     def __init__(self, submission: Submission, adapter, level: int, seed: int, only, stack, folder: Path,
                  timeout: float, say, verbose: bool = False, gate: RunGate | None = None):
@@ -339,90 +230,116 @@ class SubmissionGrade:
         self.gate = gate  # set when other submissions share the stack at the same time (--jobs N)
         self.results = self.grade_dir = self.error = None
         self.not_started: str | None = None
-        self._seen: set[Path] = set()
-        self.thread = threading.Thread(target=self._run, name=f"grade-{submission.name}", daemon=True)
+        self.process = None  # the child process (multiprocessing, forked)
+        self._conn = None
 
     def _progress(self, text: str) -> None:
         if self.verbose or not str(text).startswith("["):
             self.say("    " + str(text))
-        if threading.current_thread() is self.thread and self.not_started is None:
-            problem = start_problem(self.folder, self._seen)
-            if problem:
-                self.not_started = problem
-                raise DidNotStart(problem)
 
-    def _run(self) -> None:
-        from .grade import grade
-
-        try:
-            extra = {"gate": self.gate} if self.gate is not None else {}
-            self.results, self.grade_dir = grade(self.adapter, self.level, self.seed, only=self.only,
-                                                 stack=self.stack,
-                                                 reports_dir=self.folder, progress=self._progress, **extra)
-        except BaseException as exc:  # noqa: BLE001 - reported in the row, whatever it was
-            self.error = exc
+    def _serve(self, until: float) -> dict | None:
+        """Show the child's lines and answer its calls on the stack until its outcome (returned), its end without
+        one (an error outcome), or ``until`` (None)."""
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                ready = self._conn.poll(min(left, 0.5))
+                message = self._conn.recv() if ready else None
+            except (EOFError, OSError):
+                self.process.join(5)
+                return {"ended": "error", "error_type": "ChildProcessError",
+                        "error": f"the grade's process ended (exit code {self.process.exitcode}) without an outcome"}
+            if message is None:
+                if not self.process.is_alive() and not self._conn.poll():
+                    return {"ended": "error", "error_type": "ChildProcessError",
+                            "error": f"the grade's process ended (exit code {self.process.exitcode}) without an "
+                                     "outcome"}
+                continue
+            kind = message[0]
+            if kind == "say":
+                self._progress(message[1])
+            elif kind == "call":
+                self._conn.send(answer(self.stack, *message[1:]))
+            elif kind == "done":
+                return message[1]
 
     def run(self) -> str:
         """Grade; returns how it ended: ``done``, ``did not start``, ``timeout`` or ``error``."""
+        import multiprocessing
+
         self.folder.mkdir(parents=True, exist_ok=True)
-        stack_pids = set(self.stack.pids().values())
-        since = _ticks_now()
-        threads_before = set(threading.enumerate())
-        self.stop_args = (stack_pids, since, threads_before)  # for interrupt() from another thread (--jobs N)
-        self.thread.start()
+        context = multiprocessing.get_context("fork")  # the child starts with the stack and the adapter in hand
+        self._conn, child_end = context.Pipe()
+        self.process = context.Process(target=child_main, args=(self, child_end),
+                                       name=f"grade-{self.submission.name}")
+        self.process.start()
+        child_end.close()
         try:
-            self.thread.join(self.timeout)
+            outcome = self._serve(time.monotonic() + self.timeout)
         except BaseException:  # Ctrl-C / SIGTERM of the whole run: stop this grade as a timeout would, then go
-            self.stop(stack_pids, since, threads_before, settle=5.0)
+            self.stop()
             raise
-        if self.thread.is_alive():
+        if outcome is None:
             self.say(f"    time limit of {self.timeout:.0f}s reached: stopping {self.submission.name}")
-            self.stop(stack_pids, since, threads_before)
-            return "timeout"
-        if isinstance(self.error, DidNotStart):
-            return "did not start"
-        if self.error is not None:
-            return "error"
-        return "done"
+            outcome = self.stop() or {"ended": "timeout"}
+            if outcome.get("ended") == "done":  # it finished as it was told to stop: a grade like any other
+                outcome = {"ended": "timeout"}
+        self.process.join(10)
+        return self._ended(outcome)
+
+    def _ended(self, outcome: dict) -> str:
+        ended = outcome.get("ended", "error")
+        if ended == "done":
+            self.results, self.grade_dir = outcome["results"], Path(outcome["grade_dir"])
+        elif ended == "did not start":
+            self.not_started = outcome.get("not_started")
+            self.error = DidNotStart(self.not_started or "")
+        elif ended == "timeout":
+            self.error = SubmissionTimeout(f"time limit of {self.timeout:.0f}s reached")
+        else:
+            ended = "error"
+            self.error = GradeFailed(outcome.get("error_type", "Error"), outcome.get("error", ""))
+        return ended
 
     def interrupt(self) -> None:
         """Stop this grade from another thread (the whole run interrupted while it ran beside others)."""
-        if getattr(self, "stop_args", None) and self.thread.is_alive():
-            self.stop(*self.stop_args, settle=5.0)
+        if self.process is not None and self.process.is_alive():
+            self.stop()
 
-    def stop(self, stack_pids: set[int], since: int, threads_before: set, settle: float = SETTLE_SECONDS) -> None:
-        """Interrupt the grade (its teardown stops its roles), then kill by PID whatever it left running."""
+    def stop(self) -> dict | None:
+        """Tell the child to stop (SIGTERM: its grade's teardown stops its roles, then it kills by PID whatever is
+        left below it); a child that does not exit in time is killed with its whole tree. Returns its outcome."""
         running = roles_running(self.folder)
         if running:
             self.say("    roles running: " + ", ".join(f"{k.split('/', 1)[1]} pid {pid}" for k, pid in running.items()))
-        _raise_in(self.thread, SubmissionTimeout)
-        self.thread.join(GRACEFUL_STOP_SECONDS)
-        targets = {pid: f"role {key.split('/', 1)[1]}" for key, pid in roles_running(self.folder).items()}
-        if self.gate is None:  # alone on the stack: any child started since its start is its own
-            targets.update({pid: targets.get(pid, "process") for pid in our_children(since, stack_pids)})
-        kill_ours(targets, self.say)
-        if self.thread.is_alive():  # stuck in its teardown: ask once more, then leave it (a daemon thread)
-            _raise_in(self.thread, SubmissionTimeout)
-            self.thread.join(10)
-        # Fault threads of the interrupted scenario (a service restart, a held role's release) end on their own
-        # timers; wait for them, so none can restart a role or a service after this point.
-        deadline = time.monotonic() + settle
-        # Beside other submissions (--jobs N) the new threads may be theirs: not waited for.
-        for t in [t for t in threading.enumerate() if t not in threads_before and t is not self.thread
-                  and self.gate is None]:
-            t.join(max(0.0, deadline - time.monotonic()))
-        # A thread that outlived the settle (a role's exit watcher, a fault timer) may still start a process after
-        # a kill: kill by PID until two looks a second apart find nothing new (at most ten).
-        quiet = 0
-        for _ in range(10 if self.gate is None else 0):  # beside other submissions: only its own roles, by PID
-            left = our_children(since, stack_pids)
-            kill_ours({pid: "process" for pid in left}, self.say)
-            quiet = 0 if left else quiet + 1
-            if quiet >= 2:
-                break
-            time.sleep(1.0)
-        if self.thread.is_alive():
-            self.say(f"    the grade of {self.submission.name} did not stop; abandoned (its thread is a daemon)")
+        if self.process is None or not self.process.is_alive():
+            return None
+        try:
+            os.kill(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return None
+        outcome = self._serve(time.monotonic() + GRACEFUL_STOP_SECONDS)
+        self.process.join(5 if outcome is not None else 0.5)  # with its outcome sent, it is exiting
+        if self.process.is_alive():
+            self.say(f"    the grade of {self.submission.name} did not stop in {GRACEFUL_STOP_SECONDS:.0f}s: "
+                     "killing its process and everything below it")
+            labels = {pid: f"role {key.split('/', 1)[1]}" for key, pid in roles_running(self.folder).items()}
+            kill_tree(self.process.pid, self.say, labels)
+            self.process.join(10)
+        return outcome
+
+
+class GradeFailed(Exception):
+    """What ended a grade in its process with an error: its type's name and its message, as the row shows them."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(message)
+        self.type_name = type_name
+
+    def __str__(self) -> str:
+        return f"{self.type_name}: {self.args[0]}"
 
 
 def tidy_stack(stack, say) -> None:
@@ -506,6 +423,8 @@ class ClassGrade:
         return self.stack
 
     def stop_stack(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
         if self.own_stack and self.stack is not None:
             began = time.monotonic()
             self.stack.stop()
@@ -575,7 +494,7 @@ class ClassGrade:
             reason = f"time limit of {self.timeout:.0f}s reached" + (f" during {', '.join(unfinished)}"
                                                                       if unfinished else "")
         else:
-            why = f"the grade failed: {type(job.error).__name__}: {job.error}"
+            why = f"the grade failed: {job.error}"
             reason = why
         try:
             partial = partial_grade(folder, adapter, self.level, self.seed, self.only, why, time.monotonic() - began)

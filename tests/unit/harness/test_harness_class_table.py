@@ -200,24 +200,38 @@ def test_the_run_gate_lets_shared_runs_overlap_and_an_exclusive_one_run_alone():
     assert log[x + 1] == ("out", "X") and x == 4  # after both shared runs left, nothing during it
 
 
-def test_a_grade_stopped_while_waiting_for_the_exclusive_side_leaves_the_gate_usable():
-    gate = grade_many.RunGate()
-    ended = []
+def test_a_grade_process_killed_while_waiting_or_holding_leaves_the_gate_usable(tmp_path):
+    """Each submission's grade is a process of its own: one killed while it waits for the exclusive side, or while it
+    holds the shared side, leaves nothing behind that blocks the others (the kernel drops a dead holder's lock)."""
+    import multiprocessing
+    import os
+    import signal
+
+    gate = grade_many.RunGate(tmp_path)
+    context = multiprocessing.get_context("fork")
 
     def wants_exclusive():
-        try:
-            with gate.exclusive():
-                ended.append("ran")
-        except grade_many.SubmissionTimeout:
-            ended.append("stopped")
+        gate.forget_inherited()
+        with gate.exclusive():
+            pass
+
+    def holds_shared():
+        gate.forget_inherited()
+        with gate.shared():
+            time.sleep(60)
 
     with gate.shared():
-        waiter = threading.Thread(target=wants_exclusive)
+        waiter = context.Process(target=wants_exclusive)
         waiter.start()
-        time.sleep(0.2)
-        assert grade_many._raise_in(waiter, grade_many.SubmissionTimeout)
-        waiter.join(3)
-        assert ended == ["stopped"]
+        time.sleep(0.3)
+        assert waiter.is_alive()  # waiting behind the shared side held here
+        os.kill(waiter.pid, signal.SIGKILL)
+        waiter.join(5)
+    holder = context.Process(target=holds_shared)
+    holder.start()
+    time.sleep(0.3)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(5)
     got = []
 
     def shared_then_exclusive():
@@ -229,4 +243,5 @@ def test_a_grade_stopped_while_waiting_for_the_exclusive_side_leaves_the_gate_us
     t = threading.Thread(target=shared_then_exclusive)
     t.start()
     t.join(3)
-    assert got == ["shared", "exclusive"]  # no request of the stopped grade is left behind to block the others
+    assert got == ["shared", "exclusive"]  # no request of the killed grades is left behind to block the others
+    gate.close()

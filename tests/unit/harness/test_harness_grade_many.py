@@ -97,19 +97,42 @@ def test_unknown_scenario_in_only_is_refused_before_anything(tmp_path, capsys):
     assert "no-such-scenario" in capsys.readouterr().out and not list(tmp_path.iterdir())
 
 
-def test_kill_ours_signals_only_this_process_children(tmp_path):
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+def test_descendants_follow_parent_links_and_kill_tree_leaves_nothing_running(tmp_path):
+    """A process tree (a child leading its own group, its grandchild in another session): every member found by
+    parent links, and killed with the root."""
+    from harness.grade_child import descendants, kill_tree
+
+    pid_file = tmp_path / "grandchild.pid"
+    root = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(60)")], start_new_session=True)
     try:
+        deadline = time.monotonic() + 10
+        while not (pid_file.is_file() and pid_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        grandchild = int(pid_file.read_text())
+        assert set(descendants(root.pid)) == {grandchild}
+        assert os.getpid() not in descendants(root.pid) and root.pid in descendants(os.getpid())
         said = []
-        # PID 1 and our own parent are not our children: never signalled, whatever the caller passes.
-        done = grade_many.kill_ours({1: "init", os.getppid(): "parent", child.pid: "role api"}, said.append)
-        assert done == [f"role api pid {child.pid}"]
-        # Killed and collected by kill_ours itself (no zombie left for an abandoned Popen), so it is gone.
-        assert not Path(f"/proc/{child.pid}").exists()
-        assert said and "role api" in said[0]
+        done = kill_tree(root.pid, said.append, {grandchild: "role worker"})
+        assert f"role worker pid {grandchild}" in done and root.wait(10) == -9
+        assert said and "killed by PID: role worker" in said[0]
+        deadline = time.monotonic() + 10  # the grandchild, orphaned, is collected by whoever adopted it
+        while Path(f"/proc/{grandchild}").exists() and grade_many_state(grandchild) != "Z" \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert grade_many_state(grandchild) in (None, "Z")  # not running any more
     finally:
-        if child.poll() is None:
-            child.kill()
+        if root.poll() is None:
+            root.kill()
+
+
+def grade_many_state(pid):
+    from harness.grade_child import _stat
+
+    fields = _stat(pid)
+    return fields[0] if fields else None
 
 
 def test_roles_running_follows_start_and_exit_lines(tmp_path):
@@ -124,59 +147,122 @@ def test_roles_running_follows_start_and_exit_lines(tmp_path):
 
 
 class StandInStack:
+    def __init__(self):
+        self.calls = []
+
     def pids(self):
         return {}
 
+    def alive(self, name):
+        self.calls.append(name)
+        return name == "postgres"
 
-def _stand_in(tmp_path, monkeypatch, body):
-    """A SubmissionGrade whose grade() is ``body(reports_dir, progress)``, run in its thread."""
+
+def _stand_in(tmp_path, monkeypatch, body, timeout=1.5):
+    """A SubmissionGrade whose grade() is ``body(reports_dir, progress, stack)``, run in its child process."""
     import harness.grade
 
     monkeypatch.setattr(harness.grade, "grade", lambda adapter, level, seed, only=None, stack=None, reports_dir=None,
-                        progress=print: body(Path(reports_dir), progress))
+                        progress=print: body(Path(reports_dir), progress, stack))
     sub = grade_many.Submission("stand-in", tmp_path / "adapter.toml", "stand-in")
     said: list[str] = []
     job = grade_many.SubmissionGrade(sub, adapter=None, level=4, seed=1, only=None, stack=StandInStack(),
-                                     folder=tmp_path / "stand-in", timeout=1.5, say=said.append)
+                                     folder=tmp_path / "stand-in", timeout=timeout, say=said.append)
     return job, said
 
 
 def test_a_submission_past_its_time_limit_is_stopped_and_its_roles_killed_by_pid(tmp_path, monkeypatch):
-    state = {}
+    marks = tmp_path / "marks"
+    marks.mkdir()
 
-    def slow_grade(reports_dir, progress):
+    def slow_grade(reports_dir, progress, stack):
         scenario = reports_dir / "grade-1" / "slow-scenario"
         scenario.mkdir(parents=True)
         # A role the stand-in never stops itself (its "teardown" is skipped): only a kill by PID ends it.
         role = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
-        state["role"] = role
+        (marks / "role").write_text(str(role.pid))
+        (marks / "grade").write_text(str(os.getpid()))
         (scenario / "history.jsonl").write_text(json.dumps({"type": "role", "action": "start", "role": "worker",
                                                             "pid": role.pid}) + "\n")
         try:
             while True:
                 time.sleep(0.05)
         except grade_many.SubmissionTimeout:
-            state["interrupted"] = True
+            (marks / "interrupted").write_text("yes")
             raise
 
     job, said = _stand_in(tmp_path, monkeypatch, slow_grade)
     began = time.monotonic()
     assert job.run() == "timeout"
     assert time.monotonic() - began < 15
-    assert state["interrupted"] and not job.thread.is_alive()
+    role, grade_pid = int((marks / "role").read_text()), int((marks / "grade").read_text())
+    assert grade_pid != os.getpid() and grade_pid == job.process.pid  # the grade ran in a child process
+    assert (marks / "interrupted").is_file() and not job.process.is_alive()
     assert isinstance(job.error, grade_many.SubmissionTimeout)
-    assert not Path(f"/proc/{state['role'].pid}").exists()  # killed and collected: not even a zombie is left
+    assert not Path(f"/proc/{role}").exists()  # killed and collected by the child: not even a zombie is left
+    assert not Path(f"/proc/{grade_pid}").exists()
     assert any("time limit of 2s reached" in line for line in said)
-    assert any(f"roles running: worker pid {state['role'].pid}" in line for line in said)
-    assert any(f"killed by PID: role worker pid {state['role'].pid}" in line for line in said)
+    assert any(f"roles running: worker pid {role}" in line for line in said)
+    assert any(f"killed by PID: role worker pid {role}" in line for line in said)
+
+
+def test_a_grade_that_ignores_the_stop_is_killed_with_its_whole_tree(tmp_path, monkeypatch):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def stubborn_grade(reports_dir, progress, stack):
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # deaf to the stop: the parent must kill its tree
+        helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+        (marks / "helper").write_text(str(helper.pid))
+        while True:
+            time.sleep(0.05)
+
+    monkeypatch.setattr(grade_many, "GRACEFUL_STOP_SECONDS", 1.0)
+    job, said = _stand_in(tmp_path, monkeypatch, stubborn_grade, timeout=1.0)
+    assert job.run() == "timeout"
+    helper = int((marks / "helper").read_text())
+    assert not job.process.is_alive() and job.process.exitcode == -9
+    assert any("did not stop" in line for line in said)
+    assert any(f"process pid {helper}" in line and "killed by PID" in line for line in said)
+    deadline = time.monotonic() + 10
+    while grade_many_state(helper) not in (None, "Z") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert grade_many_state(helper) in (None, "Z")
+
+
+def test_the_child_asks_the_parent_for_the_services_and_sends_its_results(tmp_path, monkeypatch):
+    def quick_grade(reports_dir, progress, stack):
+        progress("[1/1] one line of progress")
+        progress("a line shown")
+        grade_dir = reports_dir / "grade-1"
+        grade_dir.mkdir(parents=True)
+        return {"verdict": "valid", "alive": [stack.alive("postgres"), stack.alive("rabbitmq")],
+                "pid": os.getpid()}, grade_dir
+
+    job, said = _stand_in(tmp_path, monkeypatch, quick_grade, timeout=30)
+    assert job.run() == "done"
+    assert job.results["alive"] == [True, False] and job.results["pid"] != os.getpid()
+    assert job.stack.calls == ["postgres", "rabbitmq"]  # answered by the parent's stack, not the child's copy
+    assert job.grade_dir == tmp_path / "stand-in" / "grade-1"
+    assert said == ["    a line shown"]  # a scenario's own [i/n] lines only with --verbose
+
+
+def test_an_error_in_the_grade_is_an_error_row_with_its_type(tmp_path, monkeypatch):
+    def broken_grade(reports_dir, progress, stack):
+        raise ValueError("no such level")
+
+    job, said = _stand_in(tmp_path, monkeypatch, broken_grade, timeout=30)
+    assert job.run() == "error"
+    assert str(job.error) == "ValueError: no such level"
 
 
 def test_a_submission_that_does_not_start_stops_after_its_first_scenario(tmp_path, monkeypatch):
-    calls = []
 
-    def failing_grade(reports_dir, progress):
+    def failing_grade(reports_dir, progress, stack):
         for name in ("first", "second"):
-            calls.append(name)
+            (reports_dir.parent / f"called-{name}").write_text("yes")
             run_dir = reports_dir / "grade-1" / name
             (run_dir / "logs").mkdir(parents=True)
             (run_dir / "logs" / "setup.log").write_text("=== harness: start\nFATAL: role \"nobody\" does not exist\n")
@@ -187,6 +273,6 @@ def test_a_submission_that_does_not_start_stops_after_its_first_scenario(tmp_pat
 
     job, said = _stand_in(tmp_path, monkeypatch, failing_grade)
     assert job.run() == "did not start"
-    assert calls == ["first"]  # the second scenario was never tried
+    assert [p.name for p in sorted(tmp_path.glob("called-*"))] == ["called-first"]  # the second was never tried
     assert job.not_started == ('setup failed in first: RuntimeError: setup command exited 1; see logs/setup.log — '
                                'setup.log: FATAL: role "nobody" does not exist')
