@@ -134,3 +134,79 @@ def test_the_checklist_size_the_contract_quotes_is_the_checklists():
     text = (REPO / "docs" / "CONTRACT.md").read_text(encoding="utf-8")
     m = re.search(r"the checklist: (\d+) rows", text)
     assert m and int(m.group(1)) == len([i for i in ITEMS if i.level <= 4])
+
+
+# --- outputs the guides show, and the TypeScript example's grade size ------------------------------------------
+
+TS_ADAPTER = REPO / "examples" / "ts-pipeline" / "adapter.toml"
+ADAPTERS_BY_SUT = {"my-pipeline/adapter.toml": GO_ADAPTER, "examples/go-pipeline/adapter.toml": GO_ADAPTER,
+                   "examples/ts-pipeline/adapter.toml": TS_ADAPTER}
+FENCED = re.compile(r"```([a-z]*)\n(.*?)```", re.S)
+
+
+def shown_outputs(command: str):
+    """(doc, argv, output) for every fenced block holding one `harness COMMAND …` line and followed by a plain
+    fenced block (the output the doc shows for it)."""
+    out = []
+    for doc in DOCS:
+        blocks = FENCED.findall(doc.read_text(encoding="utf-8"))
+        for (_, first), (lang, second) in zip(blocks, blocks[1:]):
+            lines = [ln.strip() for ln in first.strip().splitlines()]
+            if len(lines) == 1 and lang == "" and re.match(rf"^(?:\S*/)?harness {command}\b", lines[0]):
+                out.append((rel(doc), shlex.split(lines[0].split(" # ", 1)[0])[1:], second))
+    return out
+
+
+def test_every_scenario_listing_the_docs_show_is_what_the_command_prints(capsys):
+    from harness.cli import main
+
+    shown = shown_outputs("scenarios")
+    assert shown, "the guides show a `harness scenarios` listing"
+    for doc, argv, output in shown:
+        capsys.readouterr()
+        assert main(argv) == 0
+        printed = [ln.rstrip() for ln in capsys.readouterr().out.strip().splitlines()]
+        assert [ln.rstrip() for ln in output.strip().splitlines()] == printed, f"{doc}: `harness {' '.join(argv)}`"
+
+
+def test_every_grade_line_the_docs_show_is_the_plans():
+    """`grading NAME at level L, seed S: A scenarios, B skipped` after a `harness grade --sut …` command: what the
+    grade plans for that adapter (with its --only)."""
+    from harness.grade import plan
+
+    checked = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"harness grade --sut (\S+)((?: --\S+ \S+)*)\n```\s*```\n"
+                             r"grading \S+ at level (\d), seed \d+: (\d+) scenarios, (\d+) skipped", text):
+            sut, flags, level, run, skipped = m.groups()
+            options = dict(re.findall(r"--(\S+) (\S+)", flags))
+            path = next(p for suffix, p in ADAPTERS_BY_SUT.items() if sut.endswith(suffix))
+            only = options["only"].split(",") if "only" in options else None
+            chosen, skipped_entries, _, _ = plan(adapter_mod.load(path), int(level), only)
+            checked.append(rel(doc))
+            assert (int(run), int(skipped)) == (len(chosen), len(skipped_entries)), (
+                f"{rel(doc)}: the docs show {run} run, {skipped} skipped; the plan: {len(chosen)}, "
+                f"{len(skipped_entries)}")
+    assert checked, "the adapter guide shows a grade's first line"
+
+
+def test_the_typescript_examples_grade_size_quoted_in_its_readme_is_the_catalogues():
+    chosen, skipped = for_grade(catalogue(), adapter_mod.load(TS_ADAPTER), 4)
+    text = (REPO / "examples" / "ts-pipeline" / "README.md").read_text(encoding="utf-8")
+    quoted = [int(n) for n in re.findall(r"(\d+) scenarios in \d+ s", text)]
+    assert quoted, "the README quotes the measured grade's size"
+    assert set(quoted) == {len(chosen)}, f"the catalogue plans {len(chosen)} scenarios for the TypeScript example"
+
+
+GLOSSARY_TERMS = ["tenant", "tap", "firehose", "nemesis", "exercised", "@producers", "@consumers", "track 5",
+                  "approximate / exact window", "seed", "adapter", "unknown", "vocabulary"]
+
+
+def test_the_glossary_defines_the_words_the_docs_use_without_explaining():
+    text = (REPO / "docs" / "GLOSSARY.md").read_text(encoding="utf-8")
+    defined = re.findall(r"^\*\*([^*]+)\*\*", text, re.M)
+    missing = [t for t in GLOSSARY_TERMS if not any(t in d for d in defined)]
+    assert not missing, f"docs/GLOSSARY.md defines no entry for {missing}"
+    seed = text.split("**seed**", 1)[1].split("\n\n", 1)[0]
+    assert "random seed" in seed and "requirement documents" in seed, "both meanings of 'seed'"
