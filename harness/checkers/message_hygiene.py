@@ -19,7 +19,8 @@ job_id names no other attachment; and an attachment that was processed and whose
 are extra fields and headers that carry identifiers or service data.
 
 When uploads were accepted but the tap saw no message at all, observation failed (a topology the tap could not
-mirror): the verdict is ``unknown``, never a silent ``valid``.
+mirror): the verdict is ``unknown``, never a silent ``valid``; when the tap recorded publishes the broker routed to
+no queue (``unroutable``), the reason says so instead: the implementation's topology, not the observation, failed.
 """
 
 from __future__ import annotations
@@ -324,6 +325,14 @@ def check(history, final, run) -> Verdict:
     if accepted and not messages:
         observed = history.of_type("observe")
         mirrored = [e for e in observed if e.get("source") == "binding"]
+        dropped = history.of_type("unroutable")
+        if dropped:
+            # Not the tap's failure: the implementation published into no queue (lost_accepted_work names it).
+            return Verdict(NAME, UNKNOWN, REQUIREMENTS,
+                           f"{len(accepted)} uploads accepted and no message reached the work queue: the broker "
+                           f"routed {len(dropped)} publish(es) to no queue (unroutable: the topology did not exist "
+                           "when they were published, docs/CONTRACT.md §4); no message to judge, hygiene not judged",
+                           evidence=[evidence("publishes routed to no queue", events=dropped[:5])], seed=seed_of(run))
         return Verdict(NAME, UNKNOWN, REQUIREMENTS,
                        f"{len(accepted)} uploads accepted but the tap saw no message reach the work queue "
                        f"({len(mirrored)} bindings mirrored, firehose {'on' if any(e.get('firehose') for e in observed) else 'off'}): "

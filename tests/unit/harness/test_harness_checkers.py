@@ -301,6 +301,21 @@ def test_message_hygiene_is_unknown_when_the_tap_saw_nothing():
     assert verdict.status == UNKNOWN and "observation failed" in verdict.summary
 
 
+
+def test_message_hygiene_names_unroutable_publishes_not_a_failed_observation():
+    # Every publish went to no queue (a worker that declares its queue when it starts, held from the start): the tap
+    # had nothing to see, and the reason says why — the implementation's topology, not the harness's observation.
+    b = Builder()
+    b.upload(0)
+    b.transitions(ATT, [(0.1, None, "queued", 1, "api")])
+    b.add(0.01, "observe", source="tap", queue="harness.tap", firehose=True)
+    b.add(0.2, "unroutable", exchange="jobs", routing_key="render", job_id=JOB, attachment_id=ATT, attempt=1)
+    verdict = message_hygiene.check(b.history(), b.final, b.run)
+    assert verdict.status == UNKNOWN and "observation failed" not in verdict.summary
+    assert "routed 1 publish(es) to no queue" in verdict.summary
+    assert verdict.evidence[0]["history"][0]["type"] == "unroutable", verdict.evidence
+
+
 # --- lease ownership --------------------------------------------------------------------------------------------
 
 def test_lease_ownership_catches_stale_owner_write_and_unrecovered_job():
