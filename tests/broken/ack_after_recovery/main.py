@@ -15,13 +15,14 @@ import sys
 
 from reference import lease as lease_mod
 from reference import worker as worker_mod
+from reference import worker_session as session_mod
 from reference.cli import main
 
 # One mutable box per delivery being processed: the lease is watched in tasks the delivery's own task starts.
 DELIVERY = contextvars.ContextVar("delivery_lease_lost", default=None)
 _process = worker_mod.Worker._process
 _wait_live = lease_mod.Lease.wait_live
-_settle = worker_mod._settle
+_settle = session_mod.settle
 
 
 async def _process_in_a_box(self, message, job, received_at):
@@ -52,7 +53,7 @@ async def _settle_acking_once_lost(message, how):
 
 worker_mod.Worker._process = _process_in_a_box
 lease_mod.Lease.wait_live = _wait_live_noting_a_loss
-worker_mod._settle = _settle_acking_once_lost
+session_mod.settle = _settle_acking_once_lost
 
 if __name__ == "__main__":
     sys.exit(main())

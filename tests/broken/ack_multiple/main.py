@@ -18,10 +18,11 @@ import logging
 import sys
 
 from reference import worker as worker_mod
+from reference import worker_session as session_mod
 from reference.cli import main
 
 _original_on_message = worker_mod.Worker._on_message
-_original_settle = worker_mod._settle
+_original_settle = session_mod.settle
 log = logging.getLogger("reference.worker")
 _newest: dict = {}  # channel -> the newest delivery received on it
 _settled_upto: dict = {}  # channel -> the highest delivery tag a shared ack settled
@@ -55,7 +56,7 @@ async def _settle_the_batch(message, how: str) -> None:
 
 
 worker_mod.Worker._on_message = _on_message_noting_the_newest
-worker_mod._settle = _settle_the_batch
+session_mod.settle = _settle_the_batch
 
 if __name__ == "__main__":
     sys.exit(main())

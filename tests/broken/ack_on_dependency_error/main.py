@@ -14,6 +14,8 @@ worker's database helper and its transient-error path are replaced; everything e
 import sys
 
 from reference import worker as worker_mod
+from reference import worker_jobs as jobs_mod
+from reference import worker_session as session_mod
 from reference.cli import main
 from reference.storage import StorageUnavailable
 
@@ -29,7 +31,7 @@ async def _db_timed_once(self, sql, params):
     started = time.monotonic()
     try:
         return await self._db_once(sql, params), started, False
-    except worker_mod.DB_UNAVAILABLE as exc:
+    except jobs_mod.DB_UNAVAILABLE as exc:
         raise _Dropped(f"database unavailable: {type(exc).__name__}") from None
 
 
@@ -37,7 +39,7 @@ _finish_transient = worker_mod.Worker._finish_transient
 
 
 async def _finish_transient_dropping(self, message, claim, exc, lease=None):
-    if isinstance(exc, (StorageUnavailable, *worker_mod.DB_UNAVAILABLE)):
+    if isinstance(exc, (StorageUnavailable, *jobs_mod.DB_UNAVAILABLE)):
         raise _Dropped(f"dependency failed: {type(exc).__name__}")
     return await _finish_transient(self, message, claim, exc, lease=lease)
 
@@ -49,8 +51,8 @@ async def _process_dropping(self, message, job, received_at):
     try:
         await _process(self, message, job, received_at)
     except _Dropped as exc:
-        worker_mod.log.warning("job %s: %s; acking the delivery (THE BUG: nothing recorded)", job.job_id, exc)
-        await worker_mod._settle(message, "ack")
+        jobs_mod.log.warning("job %s: %s; acking the delivery (THE BUG: nothing recorded)", job.job_id, exc)
+        await session_mod.settle(message, "ack")
 
 
 worker_mod.Worker._db_timed = _db_timed_once

@@ -15,6 +15,7 @@ import sys
 
 from reference import lease as lease_mod
 from reference import worker as worker_mod
+from reference import worker_session as session_mod
 from reference.cli import main
 
 # One mutable box per delivery being processed: the lease is watched in tasks the delivery's own task starts, and
@@ -22,7 +23,7 @@ from reference.cli import main
 DELIVERY = contextvars.ContextVar("delivery_given_up", default=None)
 _process = worker_mod.Worker._process
 _wait_live = lease_mod.Lease.wait_live
-_settle = worker_mod._settle
+_settle = session_mod.settle
 
 
 async def _process_in_a_box(self, message, job, received_at):
@@ -54,7 +55,7 @@ async def _settle_acking_given_up(message, how):
 
 worker_mod.Worker._process = _process_in_a_box
 lease_mod.Lease.wait_live = _wait_live_giving_up
-worker_mod._settle = _settle_acking_given_up
+session_mod.settle = _settle_acking_given_up
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,6 +11,7 @@ import logging
 import sys
 
 from reference import worker as worker_mod
+from reference import worker_session as session_mod
 from reference.cli import main
 
 log = logging.getLogger("reference.worker")
@@ -18,7 +19,7 @@ log = logging.getLogger("reference.worker")
 
 async def _requeue_instead_of_dead_letter(self, message, reason: str) -> None:
     log.warning("cannot process message %s (%s): requeueing it", message.message_id, reason)
-    await worker_mod._settle(message, "nack")  # THE BUG: back to the work queue, not to the dead-letter queue
+    await session_mod.settle(message, "nack")  # THE BUG: back to the work queue, not to the dead-letter queue
 
 
 worker_mod.Worker._dead_letter = _requeue_instead_of_dead_letter

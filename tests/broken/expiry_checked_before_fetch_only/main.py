@@ -10,6 +10,7 @@ is rendered, written and committed ``ready`` after it. Everything else is the re
 import sys
 
 from reference import worker as worker_mod
+from reference import worker_jobs as jobs_mod
 from reference.cli import main
 from reference.db.queries import Queries, queries
 
@@ -17,7 +18,7 @@ _statements = {name: getattr(queries(), name) for name in queries().names()}
 assert "AND expires_at > now()" in _statements["commit_result"]
 _statements["commit_result"] = _statements["commit_result"].replace("AND expires_at > now()", "")  # THE BUG
 _late = Queries(_statements)
-worker_mod.queries = lambda: _late
+jobs_mod.queries = lambda: _late
 
 
 async def _never_expired(self, claim, expires_at=None) -> None:

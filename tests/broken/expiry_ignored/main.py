@@ -13,7 +13,7 @@ Everything else is the reference.
 import sys
 
 from reference import sweeper as sweeper_mod
-from reference import worker as worker_mod
+from reference import worker_jobs as jobs_mod
 from reference.cli import main
 from reference.db.queries import Queries, queries
 
@@ -22,7 +22,7 @@ _blind = Queries({name: sql.replace("expires_at <= now() AS expired", "false AS 
                   .replace("j.false AS expired", "false AS expired")
                   .replace("AND expires_at > now()", "")
                   for name, sql in _statements.items()})
-worker_mod.queries = lambda: _blind
+jobs_mod.queries = lambda: _blind
 
 
 async def _nothing(self) -> int:

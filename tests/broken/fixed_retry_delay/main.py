@@ -9,7 +9,7 @@ rate by every job at once. Only the worker's retry backoff is replaced; everythi
 
 import sys
 
-from reference import worker as worker_mod
+from reference import backoff as backoff_mod
 from reference.cli import main
 
 
@@ -17,7 +17,7 @@ def _fixed_delay(self, failures_before, rng=None):
     return self.base_seconds  # THE BUG: one delay for every retry number and every job
 
 
-worker_mod.FullJitterBackoff.delay = _fixed_delay
+backoff_mod.FullJitterBackoff.delay = _fixed_delay
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -15,7 +15,7 @@ import sys
 import uuid
 
 from reference import keys as keys_mod
-from reference import worker as worker_mod
+from reference import worker_jobs as jobs_mod
 from reference.cli import main
 
 
@@ -25,8 +25,7 @@ def _variant_prefix_without_version(attachment_id, pipeline_version) -> str:
 
 
 keys_mod.variant_prefix = _variant_prefix_without_version  # variant_key builds on it
-if hasattr(worker_mod, "variant_prefix"):
-    worker_mod.variant_prefix = _variant_prefix_without_version
+jobs_mod.variant_prefix = _variant_prefix_without_version  # the worker's cleanup lists by it
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -9,7 +9,7 @@ import io
 from PIL import Image, ImageDraw
 
 from reference import imaging
-from reference.worker import RenderPool
+from reference.worker_render import RenderPool
 
 VARIANTS = ("thumbnail", "crop", "optimized")
 

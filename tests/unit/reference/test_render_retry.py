@@ -20,7 +20,7 @@ import time
 from PIL import Image, ImageDraw
 
 from reference import imaging
-from reference.worker import RenderPool
+from reference.worker_render import RenderPool
 
 VARIANTS = ("thumbnail", "crop", "optimized")
 SEED = 1223
@@ -118,9 +118,9 @@ def test_the_retry_is_judged_by_its_own_cpu_time_not_by_a_machine_that_starves_i
 def test_a_retry_that_spends_its_whole_limit_of_cpu_is_a_decode_timeout(monkeypatch):
     """Bounded: an image that only promised a cheap decode (the promise widened here so that a 16 MP PNG makes
     it) and really needs more CPU than the limit ends decode_timeout after its retry."""
-    from reference import worker as worker_module
+    from reference import worker_render
 
-    monkeypatch.setattr(worker_module, "CHEAP_DECODE_PIXELS_PER_SECOND", 10 ** 9)
+    monkeypatch.setattr(worker_render, "CHEAP_DECODE_PIXELS_PER_SECOND", 10 ** 9)
 
     async def scenario():
         pool = RenderPool(1, imaging.Limits(), timeout_seconds=0.3)

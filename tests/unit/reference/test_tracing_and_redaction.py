@@ -5,7 +5,7 @@ from reference.failpoints import FailpointError
 from reference.messages import validate
 from reference.storage import StorageUnavailable
 from reference.tracing import accept_traceparent, accept_tracestate, new_traceparent
-from reference.worker import redact
+from reference.worker_jobs import redact
 
 
 def test_traceparent_kept_when_valid_else_new():

@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 
 from reference import imaging
 from reference import worker as worker_module
+from reference import worker_jobs
 from reference.db.queries import queries
 from reference.keys import variant_key
 from reference.messages import JobMessage
@@ -404,7 +405,7 @@ def test_transient_error_requeues_through_the_database_with_backoff(harness, whe
     assert not harness.ran("commit_result") and not harness.ran("fail_job")
     params = harness.db.params("retry_job")
     assert params["fencing_token"] == TOKEN and params["delay_seconds"] == 12.5
-    assert params["reason"] == worker_module.redact(error)
+    assert params["reason"] == worker_jobs.redact(error)
     assert harness.worker.backoff.asked == [2]  # two failed attempts before this one
 
 
@@ -766,7 +767,7 @@ class FlakyStore(FakeStore):
 def _quick_waits(monkeypatch) -> None:
     import itertools
 
-    monkeypatch.setattr(worker_module, "reconnect_delays", lambda *args: itertools.repeat(0.01))
+    monkeypatch.setattr(worker_jobs, "reconnect_delays", lambda *args: itertools.repeat(0.01))
 
 
 @pytest.mark.parametrize("where", ["get", "put"])
@@ -862,7 +863,7 @@ def test_a_claim_that_keeps_finding_its_own_attempt_queued_gives_up_as_stale(har
 
     harness.handle()
 
-    assert harness.journal.count("db:claim_job") == worker_module.CLAIM_RACES + 1
+    assert harness.journal.count("db:claim_job") == worker_jobs.CLAIM_RACES + 1
     assert harness.settlements() == ["ack"]
 
 
