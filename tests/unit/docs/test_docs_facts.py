@@ -210,3 +210,37 @@ def test_the_glossary_defines_the_words_the_docs_use_without_explaining():
     assert not missing, f"docs/GLOSSARY.md defines no entry for {missing}"
     seed = text.split("**seed**", 1)[1].split("\n\n", 1)[0]
     assert "random seed" in seed and "requirement documents" in seed, "both meanings of 'seed'"
+
+
+def toml_blocks():
+    """(doc, line, text) of every ```toml block of the docs: adapter files or parts of one."""
+    out = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"```toml\n(.*?)```", text, re.S):
+            out.append((rel(doc), text[:m.start()].count("\n") + 1, m.group(1)))
+    return out
+
+
+TOML_BLOCKS = toml_blocks()
+
+
+def merged(base: dict, part: dict) -> dict:
+    out = dict(base)
+    for key, value in part.items():
+        out[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return out
+
+
+@pytest.mark.parametrize("doc, line, text", TOML_BLOCKS, ids=[f"{d}:{n}" for d, n, _ in TOML_BLOCKS])
+def test_every_adapter_file_or_part_the_docs_show_uses_keys_the_schema_knows(doc, line, text):
+    """A whole adapter (it has adapter_version) validates as it is; a part validates once put into the reference's
+    adapter (each table the part shows replaces or extends the reference's)."""
+    part = tomllib.loads(text)
+    raw = part if "adapter_version" in part else merged(
+        tomllib.loads((REPO / "reference" / "adapter.toml").read_text(encoding="utf-8")), part)
+    assert errors("adapter.schema.json", raw) == [], f"{doc}:{line}"
+
+
+def test_the_docs_show_adapter_parts():
+    assert len(TOML_BLOCKS) >= 10 and any("adapter_version" in t for _, _, t in TOML_BLOCKS)

@@ -119,3 +119,65 @@ def test_the_skeleton_claims_level_3_without_versions_and_lets_scenarios_set_max
     raw = tomllib.loads(skeleton())
     assert raw["level"] == 3 and "versions" not in raw
     assert "max_attempts" in raw["timings_env"] and "max_attempts" in raw["timings"]
+
+
+GO_ADAPTER = (REPO_ROOT / "examples" / "go-pipeline" / "adapter.toml").read_text()
+
+
+def guide_text() -> str:
+    return (REPO_ROOT / "docs" / "guides" / "write-an-adapter.md").read_text(encoding="utf-8")
+
+
+def my_pipeline(tmp_path, text: str):
+    """The adapter guide's folder: my-pipeline/adapter.toml beside bin/gopipe (a stand-in: no service starts)."""
+    folder = tmp_path / "my-pipeline"
+    (folder / "bin").mkdir(parents=True)
+    binary = folder / "bin" / "gopipe"
+    binary.write_text("#!/bin/sh\n")
+    binary.chmod(0o755)
+    return adapter(folder, text)
+
+
+def said(path, text: str) -> str:
+    return text.replace(str(path), "/tmp/my-team/my-pipeline/adapter.toml")
+
+
+def test_the_adapter_guides_quoted_output_is_what_adapter_check_says(tmp_path):
+    """What docs/guides/write-an-adapter.md shows `harness adapter check` printing — the proof plan without
+    failpoints naming BE-JOB-003.2, the warning for a missing lease, one problem per mistake — is what it prints for
+    the Go example's adapter (the file the guide ends with) changed the way the guide says."""
+    shown = guide_text()
+    cases = {
+        "no failpoints": GO_ADAPTER.replace("failpoints = true", "failpoints = false"),
+        "no lease": re.sub(r"(?m)^lease_seconds = .*\n", "", GO_ADAPTER),
+        "relay window": GO_ADAPTER.replace('after_commit_before_publish = "api"', 'after_commit_before_publish = "relay"'),
+        "no ttl": re.sub(r"(?m)^job_ttl_seconds = \d+.*\n", "", GO_ADAPTER),
+        "no consumer": GO_ADAPTER.replace("consumer = true", "consumer = false"),
+        "instances": GO_ADAPTER.replace("consumer = true", 'consumer = true\ninstances = "1"'),
+    }
+    quoted = {
+        "no failpoints": ["/tmp/my-team/my-pipeline/adapter.toml: OK; but not provable with this adapter, so a full "
+                          "grade cannot be valid: BE-JOB-003.2 (see the proof plan)",
+                          "  BE-JOB-003.2  NOT PROVABLE  every scenario provoking it is skipped: "
+                          "retry-budget-exhausted: adapter lacks failpoints"],
+        "no lease": ["warning: timings.lease_seconds: not declared (optional); without it database-outages-past-lease, "
+                     "…, worker-paused-past-lease would be skipped (their faults scale with it) and "
+                     "batch-crash-after-partial-commit, …, window-s3-commit-sigkill would be unknown (ack_after_commit, "
+                     "lease_ownership, … need it)"],
+        "relay window": ["failpoints.after_commit_before_publish: mapped to role 'relay', which [roles] does not "
+                         "define (roles: api, worker, sweeper)"],
+        "no ttl": ["timings_env.job_ttl_seconds: no [timings] value for job_ttl_seconds: declare "
+                   "timings.job_ttl_seconds (what the checkers assume when a scenario does not override it)"],
+        "no consumer": ["roles: no role is flagged consumer = true: the harness cannot tell which role consumes the "
+                        "work queue (crashes, holds and prefetch sampling target the consumers)"],
+        "instances": ["roles.worker.instances: wrong type: expected integer, got string '1'"],
+    }
+    for name, text in cases.items():
+        case_dir = tmp_path / name.replace(" ", "-")
+        path = my_pipeline(case_dir, text)
+        out = said(path, render(check(path, 4)))
+        for line in quoted[name]:
+            assert line in shown, f"the guide no longer quotes: {line}"
+            # "…" in the guide stands for names left out of a long list
+            pattern = ".*?".join(re.escape(part) for part in line.split("…"))
+            assert re.search(pattern, out), f"{name}: adapter check does not say {line!r} but:\n{out}"
