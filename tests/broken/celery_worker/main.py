@@ -131,13 +131,14 @@ class EnqueueAfterCommit:
 
 def cmd_api() -> int:
     from reference.api import app as app_mod
+    from reference.api.routes import attachments as attachments_mod
     from reference.cli import main
 
     statements = queries()._statements
     statements["record_upload"] = strip_outbox(statements["record_upload"], "record_upload")
     statements["replay_job"] = strip_outbox(statements["replay_job"], "replay_job")
     replayed: set = set()  # Idempotency-Keys answered from an earlier upload (nothing new committed)
-    original_answer = app_mod._idempotent_answer
+    original_answer = attachments_mod._idempotent_answer
 
     async def tracking_answer(pool, key, request_sha256):
         answer = await original_answer(pool, key, request_sha256)
@@ -145,7 +146,7 @@ def cmd_api() -> int:
             replayed.add(key)
         return answer
 
-    app_mod._idempotent_answer = tracking_answer
+    attachments_mod._idempotent_answer = tracking_answer
     original_create_app = app_mod.create_app
 
     def create_app(settings_, **kwargs):

@@ -15,6 +15,7 @@ import psycopg
 
 from reference import topology
 from reference.api import app as app_mod
+from reference.api.routes import attachments as attachments_mod
 from reference.cli import main
 from reference.db.queries import queries
 from reference.messages import JobMessage
@@ -36,7 +37,7 @@ if "outbox" in sql:
 statements["record_upload"] = sql
 
 REPLAYED: set = set()  # Idempotency-Keys answered from an earlier upload (nothing new committed)
-_original_answer = app_mod._idempotent_answer
+_original_answer = attachments_mod._idempotent_answer
 
 
 async def _tracking_answer(pool, key, request_sha256):
@@ -46,7 +47,7 @@ async def _tracking_answer(pool, key, request_sha256):
     return answer
 
 
-app_mod._idempotent_answer = _tracking_answer
+attachments_mod._idempotent_answer = _tracking_answer
 
 JOB_ROW = """SELECT job_id, attempt, attachment_id, pipeline_version, variants, created_at, expires_at,
                     traceparent, tracestate FROM jobs WHERE job_id = %(job_id)s"""

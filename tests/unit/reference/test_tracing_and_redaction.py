@@ -1,6 +1,6 @@
 import psycopg
 
-from reference.api.app import server_timing
+from reference.api.routes.attachments import server_timing
 from reference.failpoints import FailpointError
 from reference.messages import validate
 from reference.storage import StorageUnavailable
