@@ -5,7 +5,10 @@
 - every scenario named in backticks in CONTRACT.md and the guides exists in the catalogue;
 - the adapter file shown in CONTRACT §9 validates against schemas/adapter.schema.json (keys the harness knows);
 - counts quoted for the Go example's grade ("31 scenarios run, 14 skipped") are what the catalogue plans for it;
-- the checklist size CONTRACT §11 quotes is the checklist's.
+- the checklist size CONTRACT §11 quotes is the checklist's;
+- the outputs the guides show (a `harness scenarios` listing, a grade's first line) are what the code prints, the
+  TypeScript example's grade size is the catalogue's, every adapter file or part in a toml block validates against
+  the adapter schema, every `--flag` quoted is an option of the tool that takes it, and the glossary keeps its terms.
 
 Nothing here starts a service.
 """
@@ -244,3 +247,38 @@ def test_every_adapter_file_or_part_the_docs_show_uses_keys_the_schema_knows(doc
 
 def test_the_docs_show_adapter_parts():
     assert len(TOML_BLOCKS) >= 10 and any("adapter_version" in t for _, _, t in TOML_BLOCKS)
+
+
+# Flags of other tools the docs quote: a container runtime's and useradd's.
+OTHER_TOOLS_FLAGS = {"--privileged", "--system"}
+
+
+def parser_flags(parser) -> set[str]:
+    import argparse
+
+    flags = set()
+    for action in parser._actions:
+        flags.update(action.option_strings)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                flags |= parser_flags(sub)
+    return flags
+
+
+def test_every_flag_the_docs_quote_is_an_option_of_the_tool_that_takes_it():
+    """A `--flag` in backticks anywhere in the docs is an option of the harness, of the reference's CLI, of the test
+    suite (tests/conftest.py), or one of the few other tools' flags listed above: a renamed or removed option
+    cannot stay documented."""
+    from reference.cli import build_parser as reference_parser
+
+    conftest = (REPO / "tests" / "conftest.py").read_text(encoding="utf-8")
+    known = (parser_flags(build_parser()) | parser_flags(reference_parser())
+             | set(re.findall(r"addoption\(\"(--[a-z0-9-]+)\"", conftest)) | OTHER_TOOLS_FLAGS)
+    unknown = []
+    for doc in DOCS:
+        for span in re.findall(r"`([^`\n]+)`", doc.read_text(encoding="utf-8")):
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]+)", span):
+                if flag not in known:
+                    unknown.append(f"{rel(doc)}: {flag}")
+    assert not unknown, unknown
+    assert "--only" in known and "--seed" in known  # the parsers were walked
