@@ -282,3 +282,20 @@ def test_every_flag_the_docs_quote_is_an_option_of_the_tool_that_takes_it():
                     unknown.append(f"{rel(doc)}: {flag}")
     assert not unknown, unknown
     assert "--only" in known and "--seed" in known  # the parsers were walked
+
+
+def test_every_checklist_size_the_docs_quote_is_the_checklists():
+    rows = len([i for i in ITEMS if i.level <= 4])
+    level5 = len([i for i in ITEMS if i.level == 5])
+    words = {"three": 3, "four": 4, "two": 2}
+    quoted = []
+    for doc in DOCS:
+        text = doc.read_text(encoding="utf-8")
+        for m in re.finditer(r"\b(\d+) (?:verification items|checklist rows|rows for levels 3 and 4|items\s+over "
+                             r"BE-JOB|rows, `BE-JOB)", text):
+            quoted.append((rel(doc), int(m.group(1)), rows))
+        for m in re.finditer(r"\b(two|three|four|\d+) (?:more for level 5|level-5 rows)", text):
+            quoted.append((rel(doc), int(words.get(m.group(1), m.group(1))), level5))
+    assert len(quoted) >= 5, quoted
+    wrong = [q for q in quoted if q[1] != q[2]]
+    assert not wrong, f"the checklist has {rows} rows for levels 3-4 and {level5} for level 5: {wrong}"
