@@ -117,15 +117,47 @@ def _errored(step, history) -> tuple[bool, str]:
 
 def _paused(step, history) -> tuple[bool, str]:
     """A pause failpoint leaves no crash behind: in the upload path (after_staging_before_record) it shows as uploads
-    that took at least the pause; elsewhere it is not observable from outside."""
+    that took at least the pause; between the writes and the commit (after_s3_write_before_commit, with the object
+    watch on) as a job that left ``processing`` at least 0.9 × the pause after the last object of its own (a key
+    naming its attachment id) was seen written during that claim; elsewhere it is not observable from outside."""
     import re
 
     match = re.search(r"pause\((\d+(?:\.\d+)?)\)", str(step.get("spec")))
     armed = [e for e in history.of_type("fault") if e.get("action") == "failpoint" and e.get("phase") == "arm"
              and e.get("window") == step.get("window")]
+    if match and armed and step.get("window") == "after_s3_write_before_commit":
+        return _paused_before_commit(float(match.group(1)) / 1000, history)
     if not match or not armed or step.get("window") != "after_staging_before_record":
         return False, f"failpoint {step.get('spec')} at {step.get('window')}: armed {len(armed)} times, not observable"
     pause = float(match.group(1)) / 1000
     slow = [o for o in history.operations().values() if o["invoke"].get("f") == "upload" and o["complete"] is not None
             and o["complete"]["t"] - o["invoke"]["t"] >= 0.9 * pause]
     return bool(slow), f"{len(slow)} uploads took at least the {pause:g}s pause at {step.get('window')}"
+
+
+def _paused_before_commit(pause: float, history) -> tuple[bool, str]:
+    """A pause between the last object write and the commit, as the harness saw it: a claim (``processing``) whose
+    job's own objects (keys naming its attachment id, seen by the object watch after the claim) were all written at
+    least 0.9 × the pause before the job left ``processing`` (harness wall times of both)."""
+    objects = history.of_type("object")
+    if not objects:
+        return False, (f"failpoint pause({pause * 1000:g}) at after_s3_write_before_commit: no object watch in this "
+                       "run, not observable")
+    trans = sorted((e for e in history.of_type("transition") if e.get("attachment_id")),
+                   key=lambda e: (e["wall"], e["seq"]))
+    for index, claim in enumerate(trans):
+        if claim.get("to") != "processing":
+            continue
+        aid = claim["attachment_id"]
+        left = next((e for e in trans[index + 1:] if e["attachment_id"] == aid and e.get("from") == "processing"),
+                    None)
+        if left is None:
+            continue
+        own = [o for o in objects if aid in str(o.get("key")) and claim["wall"] <= o["wall"] <= left["wall"]]
+        last = max(own, key=lambda o: o["wall"], default=None)
+        if last is not None and left["wall"] - last["wall"] >= 0.9 * pause:
+            return True, (f"attachment {aid}: its last object ({last['key']}) seen at t={last['t']:.2f}s, "
+                          f"it left processing ({left['to']}) at t={left['t']:.2f}s: at least the {pause:g}s pause "
+                          "between its writes and its commit")
+    return False, (f"failpoint pause({pause * 1000:g}) at after_s3_write_before_commit: no job seen leaving "
+                   f"processing at least {0.9 * pause:.2f}s after its own last object write")
