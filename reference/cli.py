@@ -63,7 +63,7 @@ def _settings(role: str) -> Settings:
         for line in configuration_problems(exc):
             print(f"reference {role}: configuration refused: {line}", file=sys.stderr)
         raise ConfigurationRefused(2) from None
-    configure_logging(role, settings.log_level)
+    configure_logging(role, settings.log_level, settings.log_format)
     for warning in settings.start_warnings():
         log.warning("configuration: %s", warning)
     return settings
@@ -119,15 +119,25 @@ def cmd_api(_: argparse.Namespace) -> int:
 
 def _run_role(role: str, build) -> int:
     settings = _settings(role)
-    from reference import metrics
+    from reference import health
 
-    metrics.serve(settings.metrics_port)
+    service = build(settings)
+    role_health = getattr(service, "health", None)
+    # /metrics, /livez and /readyz of the role (reference/health.py), before any other socket is opened
+    health.serve(settings.metrics_port, role_health)
 
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        service = build(settings)
-        await service.run(stop)
+        if role_health is None:
+            await service.run(stop)
+            return
+        beats = asyncio.create_task(role_health.run_beats(stop))
+        try:
+            await service.run(stop)
+        finally:
+            stop.set()
+            await beats
 
     asyncio.run(main())
     log.info("%s stopped", role)

@@ -13,7 +13,8 @@ JOBS = Counter(
     "reference_jobs_total",
     "Deliveries handled by the worker, by outcome "
     "(ready, retried, failed, expired, noop_ready, noop_terminal, stale, busy, poison, fenced, lease_lost, deferred; "
-    "storage_waited: a job that waited out an object-store outage; render_retried: a cheap render retried once)",
+    "storage_waited: a job that waited out an object-store outage; render_retried: a cheap render retried once; "
+    "abandoned: a claim past its execution deadline)",
     ["outcome"],
 )
 # BE-JOB-005: expiry has a metric of its own, on every role that can expire a job. Labels: ``role`` (worker,
@@ -47,6 +48,16 @@ OUTBOX_PUBLISHED = Counter("reference_outbox_published_total", "Outbox rows publ
 OUTBOX_FAILURES = Counter("reference_outbox_publish_failures_total", "Publish failures by kind", ["kind"])
 SWEEPS = Counter("reference_sweeper_actions_total", "Sweeper actions", ["action"])
 REPLAYS = Counter("reference_replays_total", "Operator replays by outcome", ["outcome"])
+# Read by the sweeper each sweep (issue 23, observability): the pipeline's state as the database and the broker see it.
+JOBS_BY_STATE = Gauge("reference_jobs_by_state", "Jobs per state (sweeper, each sweep)", ["state"])
+OLDEST_QUEUED = Gauge("reference_oldest_queued_job_seconds",
+                      "How long the oldest due queued job has waited since it became due (0: none)")
+OUTBOX_PENDING = Gauge("reference_outbox_pending", "Outbox rows not yet published")
+OUTBOX_LAG = Gauge("reference_outbox_lag_seconds",
+                   "Age of the oldest due, unpublished outbox row (0: none); sweeper and relay")
+QUEUE_MESSAGES = Gauge("reference_queue_messages", "Ready messages per queue (work queues and the dead-letter queue)",
+                       ["queue"])
+JOB_STATES = ("queued", "processing", "ready", "failed")
 OPERATOR_AUTH_REFUSALS = Counter("reference_operator_auth_refusals_total",
                                  "Admin API requests refused for a wrong operator token (403) or too many (429)",
                                  ["status"])

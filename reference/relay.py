@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import aio_pika
 import psycopg
@@ -30,6 +31,7 @@ from reference.backoff import FullJitterBackoff, reconnect_delays
 from reference.db.pool import connect
 from reference.db.queries import queries
 from reference.failpoints import Failpoints
+from reference.health import Health, fresh
 from reference.messages import InvalidMessage, JobMessage
 from reference.runtime import sleep_or_stop
 
@@ -50,6 +52,25 @@ class Relay:
         self.failpoints = failpoints or Failpoints(settings.failpoints)
         self.topology = topology.config_from_settings(settings)
         self.row_backoff = FullJitterBackoff(settings.retry_base_seconds, settings.retry_cap_seconds)
+        self.connected = False
+        # Readiness (reference/health.py): connected to both, and the outbox's oldest due row younger than
+        # RELAY_READY_MAX_LAG_SECONDS as this relay last measured it (each wait between batches measures it).
+        self.lag_seconds: float | None = None
+        self.lag_seen_at: float | None = None
+        self.health = Health("relay", settings.health_stall_seconds)
+        self.health.ready_when("connected", lambda: (self.connected, "database and broker sessions open"
+                                                     if self.connected else "not connected (reconnecting)"))
+        self.health.ready_when("outbox_lag", self._lag_check)
+
+    def _lag_check(self) -> tuple[bool, str]:
+        limit = self.settings.relay_ready_max_lag_seconds
+        seen, detail = fresh(self.lag_seen_at, 3 * self.settings.relay_poll_seconds
+                             + self.settings.db_statement_timeout_seconds + PUBLISH_TIMEOUT_SECONDS,
+                             "outbox lag measured")
+        if not seen:
+            return False, detail
+        lag = self.lag_seconds or 0.0
+        return lag <= limit, f"outbox lag {lag:.1f}s (limit {limit:g}s); {detail}"
 
     async def run(self, stop: asyncio.Event) -> None:
         delays = reconnect_delays()
@@ -88,6 +109,8 @@ class Relay:
                 if amqp.is_closed:
                     raise ConnectionError("broker connection closed")
                 published = await self._drain_once(work, exchange)
+                if self.lag_seen_at is None or time.monotonic() - self.lag_seen_at >= self.settings.relay_poll_seconds:
+                    await self._measure_lag(work)
                 if published >= self.settings.relay_batch_size:
                     continue  # more may be due right now
                 wake.clear()
@@ -123,6 +146,13 @@ class Relay:
         finally:
             for waiter in waiters:
                 waiter.cancel()
+
+    async def _measure_lag(self, work: psycopg.AsyncConnection) -> None:
+        cursor = await work.execute(queries().outbox_lag)
+        row = await cursor.fetchone()
+        self.lag_seconds = max(0.0, (row["seconds"] if row else None) or 0.0)
+        self.lag_seen_at = time.monotonic()
+        metrics.OUTBOX_LAG.set(self.lag_seconds)
 
     async def _drain_once(self, work: psycopg.AsyncConnection, exchange) -> int:
         """Publish one batch of due rows; returns how many were confirmed (or settled as unpublishable)."""
@@ -166,7 +196,9 @@ class Relay:
                     continue
                 delay = self.row_backoff.delay(row["publish_attempts"])
                 metrics.OUTBOX_FAILURES.labels("refused").inc()
-                log.warning("outbox row %s refused by the broker (%s); retry in %.2fs", row["id"], outcome, delay)
+                log.warning("outbox row %s refused by the broker (%s); retry in %.2fs", row["id"], outcome, delay,
+                            extra={"job_id": row["job_id"], "attachment_id": row.get("attachment_id"),
+                                   "attempt": row["attempt"]})
                 await work.execute(queries().outbox_defer, {
                     "ids": [row["id"]], "error": str(outcome)[:500], "delay_seconds": delay,
                 })
@@ -194,12 +226,14 @@ class Relay:
         })
         done = await cursor.fetchone()
         metrics.OUTBOX_FAILURES.labels(kind).inc()
+        ids = {"job_id": row["job_id"], "attachment_id": row.get("attachment_id"), "attempt": row["attempt"]}
         if done and done["failed_job_id"] is not None:
             log.error("outbox row %s of job %s attempt %s can never be published (%s): job failed/%s",
-                      row["id"], row["job_id"], row["attempt"], exc, error_code)
+                      row["id"], row["job_id"], row["attempt"], exc, error_code, extra=ids)
         else:
             log.error("outbox row %s of job %s attempt %s can never be published (%s): row settled, "
-                      "the job is not queued at that attempt", row["id"], row["job_id"], row["attempt"], exc)
+                      "the job is not queued at that attempt", row["id"], row["job_id"], row["attempt"], exc,
+                      extra=ids)
 
     async def _publish(self, exchange, message: aio_pika.Message, routing_key: str = topology.ROUTING_KEY) -> bool:
         # Level 5: a version's own routing key. Mandatory: a version whose queue no consumer has declared yet is

@@ -4,20 +4,50 @@ wired to SIGTERM/SIGINT, and waiting that a stop interrupts."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
 import socket
 import sys
 import uuid
+from datetime import datetime, timezone
+
+# Fields a log record may carry (``log.info(..., extra={"job_id": ...})``) that a JSON line names on their own, so a
+# job's or an attachment's lines are found by a field, not by parsing the message.
+CONTEXT_FIELDS = ("job_id", "attachment_id", "attempt", "fencing_token", "pipeline_version", "trace_id", "outcome")
 
 
-def configure_logging(role: str, level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        stream=sys.stderr,
-        format=f"%(asctime)s %(levelname)s {role}[%(process)d] %(name)s: %(message)s",
-    )
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (RFC 3339, UTC), level, role, pid, logger, message, the context fields the
+    record carries, and the exception's text when there is one."""
+
+    def __init__(self, role: str):
+        super().__init__()
+        self.role = role
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname, "role": self.role, "pid": record.process, "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for field in CONTEXT_FIELDS:
+            value = getattr(record, field, None)
+            if value is not None:
+                line[field] = value if isinstance(value, (int, float, bool)) else str(value)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure_logging(role: str, level: str = "INFO", fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter(role))
+    else:
+        handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s {role}[%(process)d] %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, level.upper(), logging.INFO), handlers=[handler])
     for noisy in ("aiormq", "aio_pika", "botocore", "boto3", "urllib3", "psycopg.pool"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 

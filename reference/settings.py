@@ -120,6 +120,15 @@ class Settings(BaseSettings):
     failed_retention_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     idempotency_ttl_seconds: float = Field(7 * 24 * 3600.0, gt=0)
     outbox_retention_seconds: float = Field(24 * 3600.0, gt=0)
+    # The events of a job that has been terminal (ready or failed) this long are pruned, the job's whole path at
+    # once; audit rows (replay_audit, dlq_replays, operator_audit) older than AUDIT_RETENTION_SECONDS too.
+    events_retention_seconds: float = Field(30 * 24 * 3600.0, gt=0)
+    audit_retention_seconds: float = Field(365 * 24 * 3600.0, gt=0)
+
+    # --- deadline per execution (Temporal's start-to-close) ---
+    # A claim that has run this long is abandoned and recovered (a new attempt, or failed when the budget is
+    # spent), whatever its lease renewal says: a worker that renews but never finishes cannot hold a job for ever.
+    execution_timeout_seconds: float = Field(1800.0, gt=0)
 
     # --- input safety (CONTRACT §3) ---
     max_upload_bytes: int = Field(25 * 1024 * 1024, ge=1)
@@ -145,8 +154,15 @@ class Settings(BaseSettings):
     s3_timeout_seconds: float = Field(10.0, gt=0)
     retry_after_seconds: int = Field(2, ge=1)
 
-    metrics_port: int | None = None  # non-API roles expose /metrics here when set
+    metrics_port: int | None = None  # non-API roles expose /metrics, /livez and /readyz here when set
+    # /livez fails when the role's event loop has not ticked for this long (reference/health.py).
+    health_stall_seconds: float = Field(30.0, gt=0)
+    # /readyz of a relay fails while the oldest due, unpublished outbox row is older than this.
+    relay_ready_max_lag_seconds: float = Field(60.0, gt=0)
     log_level: str = "INFO"
+    # text: one line per record; json: one JSON object per line with role, pid and the record's job_id,
+    # attachment_id, attempt and trace_id where it names them.
+    log_format: str = Field("text", pattern=r"^(text|json)$")
 
     @field_validator("level")
     @classmethod
@@ -196,6 +212,22 @@ class Settings(BaseSettings):
                 f"round of MAX_ATTEMPTS attempts, and {self.max_replays + 1} rounds reach attempt "
                 f"{(self.max_replays + 1) * self.max_attempts}, past the job message schema's maximum "
                 f"({SCHEMA_ATTEMPT_MAX}); at most {fits} replays fit")
+        return self
+
+    @model_validator(mode="after")
+    def _execution_deadline_fits(self) -> "Settings":
+        # A deadline within one lease, or shorter than a render and its one retry, would abandon healthy work.
+        floor = max(self.lease_seconds, 2 * self.decode_timeout_seconds)
+        if self.execution_timeout_seconds <= floor:
+            raise ValueError(
+                f"EXECUTION_TIMEOUT_SECONDS ({self.execution_timeout_seconds:g}) must be longer than LEASE_SECONDS "
+                f"({self.lease_seconds:g}) and than twice DECODE_TIMEOUT_SECONDS ({self.decode_timeout_seconds:g}: "
+                f"a render and its one retry): a shorter deadline abandons work that is going well")
+        if self.audit_retention_seconds < self.dead_letter_ttl_seconds:
+            raise ValueError(
+                f"AUDIT_RETENTION_SECONDS ({self.audit_retention_seconds:g}) must not be shorter than "
+                f"DEAD_LETTER_TTL_SECONDS ({self.dead_letter_ttl_seconds}): a dead letter's replay record keeps a "
+                f"second replay of the same letter a no-op for as long as the letter can exist")
         return self
 
     @property

@@ -17,7 +17,11 @@ Recovery, every SWEEP_INTERVAL_SECONDS:
    behind held or slow consumers therefore never gets a second copy per job;
 4. failed jobs older than FAILED_RETENTION_SECONDS release their original
    (its key is doomed in staged_uploads);
-5. idempotency keys and published outbox rows past their retention are pruned.
+5. idempotency keys, published outbox rows, the events of long-finished jobs and old audit rows past their
+   retention are pruned;
+6. processing jobs whose claim is older than EXECUTION_TIMEOUT_SECONDS are recovered like an expired lease, whatever
+   their lease says (a deadline per execution), with step 1;
+7. gauges: jobs per state, the oldest due queued job, the outbox's pending rows and lag, the queues' depth.
 
 Staging cleanup, in its own loop: every object the API stages has a row in
 ``staged_uploads`` written BEFORE the PUT and dated by the database's clock;
@@ -32,12 +36,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import aio_pika
 
 from reference import brokers, metrics, topology
 from reference.db.pool import open_pool
 from reference.db.queries import queries
+from reference.health import Health, fresh
 from reference.runtime import sleep_or_stop
 from reference.storage import ObjectMissing, ObjectStore, StorageUnavailable
 
@@ -74,6 +80,24 @@ class Sweeper:
         # at most a fraction of it (tests and the fault harness use retentions of seconds).
         self.staging_sweep_every = max(0.2, min(settings.sweep_interval_seconds,
                                                 settings.staging_retention_seconds / 4))
+        # Health (reference/health.py): live while its loops turn; ready while recovery sweeps succeed.
+        self.health = Health("sweeper", settings.health_stall_seconds)
+        self._swept: dict[str, float | None] = {"recovery": None, "staging": None}  # last attempt of each loop
+        self._recovered_at: float | None = None  # last recovery sweep that succeeded
+        # An attempt may wait its statements' timeouts several times over before it ends: allowed that much.
+        attempt_bound = 3 * settings.sweep_interval_seconds + 6 * (settings.db_statement_timeout_seconds
+                                                                   + settings.db_connect_timeout_seconds)
+        for loop_name in self._swept:
+            self.health.live_when(f"{loop_name}_loop", lambda n=loop_name: self._loop_turning(n, attempt_bound))
+        self.health.ready_when("recovery_sweep", lambda: fresh(
+            self._recovered_at, 3 * settings.sweep_interval_seconds + settings.db_statement_timeout_seconds,
+            "last successful recovery sweep"))
+
+    def _loop_turning(self, name: str, bound: float) -> tuple[bool, str]:
+        last = self._swept[name]
+        if last is None:  # not started yet: the event loop check covers a start that hangs
+            return True, f"{name} loop not started yet"
+        return fresh(last, bound, f"{name} loop last began a sweep")
 
     async def run(self, stop: asyncio.Event) -> None:
         self.db = await open_pool(self.settings, "reference-sweeper", min_size=1, max_size=3)
@@ -88,8 +112,11 @@ class Sweeper:
 
     async def _loop(self, stop: asyncio.Event, name: str, sweep, every: float) -> None:
         while not stop.is_set():
+            self._swept[name] = time.monotonic()
             try:
                 await sweep()
+                if name == "recovery":
+                    self._recovered_at = time.monotonic()
             except Exception as exc:
                 log.warning("%s sweep failed (%s: %s); next in %.1fs", name, type(exc).__name__, exc, every)
             await sleep_or_stop(stop, every)
@@ -111,8 +138,41 @@ class Sweeper:
                                    {"ttl_seconds": self.settings.idempotency_ttl_seconds})
                 await conn.execute(queries().prune_outbox,
                                    {"retention_seconds": self.settings.outbox_retention_seconds})
+            counts.update(await self._prune_history())
         self._count(counts)
+        await self._measure()
         return counts
+
+    async def _prune_history(self) -> dict[str, int]:
+        """Retention of what only operators read: the events of jobs finished longer than EVENTS_RETENTION_SECONDS
+        ago (a job's whole path at once), and audit rows older than AUDIT_RETENTION_SECONDS."""
+        events = {"batch": BATCH, "retention_seconds": self.settings.events_retention_seconds}
+        audit = {"batch": BATCH, "retention_seconds": self.settings.audit_retention_seconds}
+        return {
+            "events_pruned": await self._repeat(queries().prune_events, events),
+            "replay_audit_pruned": await self._repeat(queries().prune_replay_audit, audit),
+            "dlq_replays_pruned": await self._repeat(queries().prune_dlq_replays, audit),
+            "operator_audit_pruned": await self._repeat(queries().prune_operator_audit, audit),
+        }
+
+    async def _measure(self) -> None:
+        """Gauges of the pipeline as the database and the broker show it (metrics.JOBS_BY_STATE ...). A failure
+        here never fails the sweep: the gauges keep their last values."""
+        try:
+            async with self.db.connection() as conn:
+                row = await (await conn.execute(queries().pipeline_gauges)).fetchone()
+            by_state = row["jobs_by_state"] or {}
+            for state in metrics.JOB_STATES:
+                metrics.JOBS_BY_STATE.labels(state).set(by_state.get(state, 0))
+            metrics.OLDEST_QUEUED.set(max(0.0, row["oldest_queued_seconds"] or 0.0))
+            metrics.OUTBOX_PENDING.set(row["outbox_pending"] or 0)
+            metrics.OUTBOX_LAG.set(max(0.0, row["outbox_lag_seconds"] or 0.0))
+            for queue_name in (topology.queue_for(self.settings.pipeline_version), topology.DEAD_LETTER_QUEUE):
+                depth = await self._work_queue_ready(queue_name)
+                if depth is not None:
+                    metrics.QUEUE_MESSAGES.labels(queue_name).set(depth)
+        except Exception as exc:  # noqa: BLE001 - observability must not stop recovery
+            log.info("gauges not updated (%s: %s)", type(exc).__name__, exc)
 
     def _count(self, counts: dict[str, int]) -> None:
         for action, count in counts.items():
@@ -160,6 +220,7 @@ class Sweeper:
             spare = now - self._started_contact if now < self._start_grace_until else None
             return await self._repeat(queries().expire_leases, {
                 "batch": BATCH, "max_attempts": self.settings.max_attempts,
+                "execution_timeout_seconds": self.settings.execution_timeout_seconds,
                 "retry_base_seconds": self.settings.retry_base_seconds,
                 "retry_cap_seconds": self.settings.retry_cap_seconds, "spare_lapsed_seconds_ago": spare})
         except Exception:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import time
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -33,11 +34,12 @@ from reference import imaging
 from reference.backoff import AttemptBudget, FullJitterBackoff
 from reference.db.pool import open_pool
 from reference.failpoints import Failpoints
+from reference.health import Health
 from reference.runtime import process_identity
 from reference.storage import ObjectStore
 from reference.worker_jobs import (  # noqa: F401 - public names of the worker, importable from here as before
     CLAIM_RACES, COMMIT_REFUSALS, DB_ERRORS, DB_UNAVAILABLE, RELEASE_TIMEOUT_SECONDS, TRANSIENT_ERRORS,
-    UNEXPECTED_BACKOFF_CAP_SECONDS, JobExpired, JobProcessor, Stopping, redact,
+    UNEXPECTED_BACKOFF_CAP_SECONDS, ExecutionDeadlinePassed, JobExpired, JobProcessor, Stopping, redact,
 )
 from reference.worker_render import RenderPool
 from reference.worker_session import SessionEnded, delivery_count  # noqa: F401 - as above
@@ -72,6 +74,23 @@ class Worker(JobProcessor):
         # and not finished yet (they hold prefetch credit, so a batch that cannot grow is dispatched at once).
         self._assemblers: dict = {}
         self._batch_in_flight = 0
+        # Health (reference/health.py, served on METRICS_PORT): live unless an execution is held past its deadline
+        # (EXECUTION_TIMEOUT_SECONDS) plus a lease — its abandonment failed, the worker is stuck; ready while a broker
+        # session consumes. executions: "<job_id>/<token>" → the claim's monotonic time (reference/worker_jobs.py).
+        self.executions: dict[str, float] = {}
+        self.consuming = False
+        self.health = Health("worker", settings.health_stall_seconds)
+        self.health.live_when("executions", self._executions_check)
+        self.health.ready_when("consuming", lambda: (self.consuming, "a broker session consumes" if self.consuming
+                                                     else "not consuming (connecting, or between sessions)"))
+
+    def _executions_check(self) -> tuple[bool, str]:
+        limit = self.settings.execution_timeout_seconds + self.settings.lease_seconds
+        now = time.monotonic()
+        stuck = sorted(key for key, since in list(self.executions.items()) if now - since > limit)
+        if stuck:
+            return False, f"held past the execution deadline plus a lease ({limit:g}s): {', '.join(stuck[:5])}"
+        return True, f"{len(self.executions)} executions, none past {limit:g}s"
 
     # ----------------------------------------------------------- lifecycle
 

@@ -51,6 +51,14 @@ class JobExpired(Exception):
     """The job's deadline passed before its first effect (re-checked after fetch and render)."""
 
 
+class ExecutionDeadlinePassed(Exception):
+    """The claim ran past EXECUTION_TIMEOUT_SECONDS (a deadline per execution): its work is abandoned and the attempt
+    recorded as a retry, whatever the lease renewal says. The sweeper recovers such a claim too (expire_leases)."""
+
+    def __str__(self) -> str:
+        return "execution deadline passed"
+
+
 class JobProcessor(SessionConsumer):
     """What the worker does with one delivery (``_handle``), on the state ``Worker.__init__`` makes."""
 
@@ -121,6 +129,9 @@ class JobProcessor(SessionConsumer):
                 metrics.count_expired("worker", "claim")
             return
 
+        # Liveness (reference/health.py): an execution held past its deadline plus a lease is a stuck worker.
+        execution = f"{job.job_id}/{token}"
+        self.executions[execution] = claimed_at
         timings: dict[str, float] = {"wait": claimed_at - received_at, "claim": time.monotonic() - claimed_at}
         # The job's deadline on the monotonic clock, from the database's own clock at the claim: never later
         # than the real one (claimed_at precedes the statement).
@@ -130,7 +141,15 @@ class JobProcessor(SessionConsumer):
                       claimed_at_monotonic=claimed_at, renew=lambda: self._renew(job.job_id, token)).start()
         try:
             try:
-                results = await self._produce_effects(claim, lease, timings, expires_at)
+                results = await self._within_execution_deadline(
+                    self._produce_effects(claim, lease, timings, expires_at),
+                    claimed_at + self.settings.execution_timeout_seconds)
+            except ExecutionDeadlinePassed as exc:
+                metrics.JOBS.labels("abandoned").inc()
+                log.warning("job %s: execution deadline passed (%gs since the claim); abandoned",
+                            job.job_id, self.settings.execution_timeout_seconds, extra=self._ids(claim))
+                await self._finish_transient(message, claim, exc, lease=lease)
+                return
             except JobExpired as exc:
                 if await self._finish_failed(message, claim, "expired", str(exc), lease=lease):
                     metrics.count_expired("worker", "processing")
@@ -184,6 +203,7 @@ class JobProcessor(SessionConsumer):
             await self._finish_transient(message, claim, exc, lease=lease)
             return
         finally:
+            self.executions.pop(execution, None)
             await lease.stop()
 
         try:
@@ -197,6 +217,30 @@ class JobProcessor(SessionConsumer):
                  " ".join(f"{k} {v:.3f}" for k, v in timings.items()))
         if token > 1:  # earlier claims may have left objects under their own tokens: ready is final, remove them
             await self._remove_variant_objects(claim, keep={r["object_key"] for r in results})
+
+    @staticmethod
+    def _ids(claim) -> dict:
+        """The context fields of a job's log lines (LOG_FORMAT=json names them: reference/runtime.py)."""
+        return {"job_id": claim["job_id"], "attachment_id": claim["attachment_id"], "attempt": claim["attempt"],
+                "fencing_token": claim["fencing_token"], "pipeline_version": claim.get("pipeline_version")}
+
+    async def _within_execution_deadline(self, work, deadline: float):
+        """Run ``work`` (the fetch, render and writes of one claim) until the monotonic ``deadline``: past it the
+        work is cancelled — a render that never returns included — and ExecutionDeadlinePassed raised."""
+        task = asyncio.ensure_future(work)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=max(0.0, deadline - time.monotonic()))
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(task), RELEASE_TIMEOUT_SECONDS * 5)
+        except BaseException:  # noqa: BLE001 - the abandoned work's own end (cancelled, or its error) is not ours
+            pass
+        raise ExecutionDeadlinePassed()
 
     async def _not_claimed(self, message, job: JobMessage, may_claim_again: bool = False) -> bool:
         """Settle a delivery whose claim found nothing to take; True (nothing settled) when the job is ``queued`` at
@@ -472,6 +516,8 @@ class JobProcessor(SessionConsumer):
 def redact(exc: BaseException) -> str:
     """An operator-visible reason without secrets: the error kind, and only our own messages; for a database
     error its SQLSTATE (the cause, never the server's text, which may quote data)."""
+    if isinstance(exc, ExecutionDeadlinePassed):
+        return str(exc)
     if isinstance(exc, (StorageUnavailable, FailpointError)):
         return f"{type(exc).__name__}: {str(exc)[:200]}"
     sqlstate = getattr(exc, "sqlstate", None)

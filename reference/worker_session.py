@@ -108,6 +108,7 @@ class SessionConsumer:
             if not await self._wait_for_earlier_sessions(stop, session):
                 return True
             consumer_tag = await queue.consume(functools.partial(self._on_message, session=session), no_ack=False)
+            self.consuming = True  # readiness (reference/worker.py)
             log.info("consuming %s (pipeline version %d)", topology.queue_for(version), version)
             while not (stop.is_set() or session.ended.is_set()):
                 if connection.is_closed or channel.is_closed:  # belt and braces: a close with no callback
@@ -125,6 +126,7 @@ class SessionConsumer:
                 log.warning("broker session ended: %s; reconnecting", session.reason)
             return True
         finally:
+            self.consuming = False
             session.end("session closed")
             # A batch still filling is gone with the channel (the broker returns its deliveries); its timer finds
             # the session ended and settles nothing.

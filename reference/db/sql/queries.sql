@@ -71,6 +71,7 @@ WITH claimed AS (
            fencing_token = fencing_token + 1,
            lease_owner = %(owner)s,
            lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+           claimed_at = now(),  -- the execution's deadline counts from here (sweeper: expire_leases)
            updated_at = now()
      WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND state = 'queued'
        AND pipeline_version = %(pipeline_version)s  -- level 5: a worker claims jobs of its own version only
@@ -240,35 +241,48 @@ SELECT job_id, attempt FROM moved;
 -- come straight back. spare_lapsed_seconds_ago (or NULL): leases that lapsed longer ago than this are left
 -- alone — a freshly started sweeper's grace for the leases that lapsed before its first contact (an outage it
 -- did not see may have cut their workers off; they revive them with renew_lease).
-WITH expired AS (
-    SELECT job_id FROM jobs
+-- A deadline per execution (issue 23): a claim older than execution_timeout_seconds is recovered the same way
+-- whatever its lease says (reason 'execution deadline passed'): a worker that renews but never finishes is
+-- abandoned; its renewals are refused from then on (the job is no longer processing under its token) and its
+-- commit is fenced. Never spared: a renewed lease is no sign of an outage.
+WITH lapsed AS (
+    SELECT job_id, 'lease expired' AS reason FROM jobs
      WHERE state = 'processing' AND lease_expires_at <= now()
        AND (%(spare_lapsed_seconds_ago)s::float8 IS NULL
             OR lease_expires_at > now() - make_interval(secs => %(spare_lapsed_seconds_ago)s::float8))
      ORDER BY lease_expires_at
      LIMIT %(batch)s
      FOR UPDATE SKIP LOCKED
+), overdue AS (  -- disjoint from lapsed: these leases are live
+    SELECT job_id, 'execution deadline passed' AS reason FROM jobs
+     WHERE state = 'processing' AND lease_expires_at > now()
+       AND claimed_at <= now() - make_interval(secs => %(execution_timeout_seconds)s::float8)
+     ORDER BY claimed_at
+     LIMIT %(batch)s
+     FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT job_id, reason FROM lapsed UNION ALL SELECT job_id, reason FROM overdue
 ), moved AS (
     UPDATE jobs j
        SET state = CASE WHEN j.attempt - j.attempt_base >= %(max_attempts)s THEN 'failed' ELSE 'queued' END,
            attempt = CASE WHEN j.attempt - j.attempt_base >= %(max_attempts)s THEN j.attempt ELSE j.attempt + 1 END,
            error_code = CASE WHEN j.attempt - j.attempt_base >= %(max_attempts)s THEN 'attempts_exhausted' END,
-           last_error = 'lease expired', lease_owner = NULL, lease_expires_at = NULL,
+           last_error = e.reason, lease_owner = NULL, lease_expires_at = NULL,
            next_attempt_at = now() + make_interval(secs => random() * least(%(retry_cap_seconds)s::float8,
                    %(retry_base_seconds)s::float8 * power(2, least(greatest(j.attempt - j.attempt_base - 1, 0), 62)))),
            updated_at = now()
       FROM expired e
      WHERE j.job_id = e.job_id
-    RETURNING j.job_id, j.attachment_id, j.state, j.attempt, j.next_attempt_at
+    RETURNING j.job_id, j.attachment_id, j.state, j.attempt, j.next_attempt_at, e.reason
 ), event AS (
     INSERT INTO attachment_events (attachment_id, job_id, from_state, to_state, attempt, reason, actor, next_attempt_at)
-    SELECT attachment_id, job_id, 'processing', state, attempt, 'lease expired', 'sweeper',
+    SELECT attachment_id, job_id, 'processing', state, attempt, reason, 'sweeper',
            CASE WHEN state = 'queued' THEN next_attempt_at END FROM moved
 ), message AS (
     INSERT INTO outbox (job_id, attempt, available_at)
     SELECT job_id, attempt, next_attempt_at FROM moved WHERE state = 'queued'
 )
-SELECT job_id, attachment_id, state, attempt FROM moved;
+SELECT job_id, attachment_id, state, attempt, reason FROM moved;
 
 -- name: stale_queued_versions
 -- The pipeline versions that have queued jobs old enough for the safety net below (each has its own queue).
@@ -616,6 +630,48 @@ DELETE FROM idempotency_keys WHERE created_at < now() - make_interval(secs => %(
 -- name: prune_outbox
 DELETE FROM outbox
 WHERE published_at IS NOT NULL AND published_at < now() - make_interval(secs => %(retention_seconds)s);
+
+-- name: prune_events
+-- Retention (EVENTS_RETENTION_SECONDS): the events of jobs terminal (ready, failed) for longer than the retention,
+-- each job's whole path at once, never a live job's. A replay after that starts a path of its own.
+DELETE FROM attachment_events
+ WHERE job_id IN (SELECT job_id FROM jobs
+                   WHERE state IN ('ready', 'failed')
+                     AND updated_at < now() - make_interval(secs => %(retention_seconds)s)
+                     AND EXISTS (SELECT 1 FROM attachment_events e WHERE e.job_id = jobs.job_id)
+                   LIMIT %(batch)s)
+RETURNING job_id;
+
+-- name: prune_replay_audit
+DELETE FROM replay_audit WHERE id IN (
+    SELECT id FROM replay_audit WHERE at < now() - make_interval(secs => %(retention_seconds)s) LIMIT %(batch)s)
+RETURNING id;
+
+-- name: prune_dlq_replays
+DELETE FROM dlq_replays WHERE id IN (
+    SELECT id FROM dlq_replays WHERE at < now() - make_interval(secs => %(retention_seconds)s) LIMIT %(batch)s)
+RETURNING id;
+
+-- name: prune_operator_audit
+DELETE FROM operator_audit WHERE id IN (
+    SELECT id FROM operator_audit WHERE at < now() - make_interval(secs => %(retention_seconds)s) LIMIT %(batch)s)
+RETURNING id;
+
+-- name: pipeline_gauges
+-- Sweeper, each sweep: jobs per state, the age of the oldest queued job that is due, the outbox's pending rows and
+-- the age of the oldest due one (the relay's lag). One count of the jobs table per sweep.
+SELECT (SELECT coalesce(jsonb_object_agg(state, n), '{}'::jsonb)
+          FROM (SELECT state, count(*) AS n FROM jobs GROUP BY state) s) AS jobs_by_state,
+       (SELECT EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8
+          FROM jobs WHERE state = 'queued' AND next_attempt_at <= now()) AS oldest_queued_seconds,
+       (SELECT count(*) FROM outbox WHERE published_at IS NULL) AS outbox_pending,
+       (SELECT EXTRACT(EPOCH FROM now() - min(available_at))::float8
+          FROM outbox WHERE published_at IS NULL AND available_at <= now()) AS outbox_lag_seconds;
+
+-- name: outbox_lag
+-- Relay: the age of the oldest due, unpublished row (NULL: none due), for its readiness.
+SELECT EXTRACT(EPOCH FROM now() - min(available_at))::float8 AS seconds
+FROM outbox WHERE published_at IS NULL AND available_at <= now();
 
 -- name: db_now
 SELECT now() AS now;
