@@ -123,7 +123,9 @@ class JobProcessor(SessionConsumer):
             races += 1
             claim, claimed_at, _ = await self._db_timed(queries().claim_job, params)
         token = claim["fencing_token"]
-        log.info("claimed job %s attempt %d token %d", job.job_id, claim["attempt"], token)
+        # The message's trace (W3C traceparent, started by the API, carried by the relay) names this job's log lines.
+        claim = {**claim, "trace_id": job.traceparent[3:35] if job.traceparent else None}
+        log.info("claimed job %s attempt %d token %d", job.job_id, claim["attempt"], token, extra=self._ids(claim))
         if claim["expired"]:
             if await self._finish_failed(message, claim, "expired", "expired before its effect"):
                 metrics.count_expired("worker", "claim")
@@ -214,7 +216,7 @@ class JobProcessor(SessionConsumer):
         await worker_session.settle(message, "ack")
         metrics.JOBS.labels("ready").inc()
         log.info("job %s ready (attempt %d) in %.3fs: %s", job.job_id, claim["attempt"], time.monotonic() - claimed_at,
-                 " ".join(f"{k} {v:.3f}" for k, v in timings.items()))
+                 " ".join(f"{k} {v:.3f}" for k, v in timings.items()), extra={**self._ids(claim), "outcome": "ready"})
         if token > 1:  # earlier claims may have left objects under their own tokens: ready is final, remove them
             await self._remove_variant_objects(claim, keep={r["object_key"] for r in results})
 
@@ -222,7 +224,8 @@ class JobProcessor(SessionConsumer):
     def _ids(claim) -> dict:
         """The context fields of a job's log lines (LOG_FORMAT=json names them: reference/runtime.py)."""
         return {"job_id": claim["job_id"], "attachment_id": claim["attachment_id"], "attempt": claim["attempt"],
-                "fencing_token": claim["fencing_token"], "pipeline_version": claim.get("pipeline_version")}
+                "fencing_token": claim["fencing_token"], "pipeline_version": claim.get("pipeline_version"),
+                "trace_id": claim.get("trace_id")}
 
     async def _within_execution_deadline(self, work, deadline: float):
         """Run ``work`` (the fetch, render and writes of one claim) until the monotonic ``deadline``: past it the
@@ -405,7 +408,8 @@ class JobProcessor(SessionConsumer):
             await worker_session.settle(message, "nack")
             return
         metrics.JOBS.labels("retried").inc()
-        log.info("job %s: transient error (%s); attempt %d at +%.2fs", claim["job_id"], reason, row["attempt"], delay)
+        log.info("job %s: transient error (%s); attempt %d at +%.2fs", claim["job_id"], reason, row["attempt"], delay,
+                 extra={**self._ids(claim), "outcome": "retried"})
         await worker_session.settle(message, "ack")
         await self._remove_variant_objects(claim)
 
@@ -420,7 +424,7 @@ class JobProcessor(SessionConsumer):
             await worker_session.settle(message, "nack")
             return False
         metrics.JOBS.labels("expired" if error_code == "expired" else "failed").inc()
-        log.info("job %s failed: %s", claim["job_id"], error_code)
+        log.info("job %s failed: %s", claim["job_id"], error_code, extra={**self._ids(claim), "outcome": "failed"})
         await worker_session.settle(message, "ack")
         await self._remove_variant_objects(claim)
         return True

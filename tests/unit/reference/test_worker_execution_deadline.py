@@ -66,3 +66,22 @@ def test_a_worker_holding_an_execution_past_its_deadline_is_not_live_and_one_not
     ok, body = worker.health.live()
     assert not ok and "job-b/3" in body["checks"]["executions"]["detail"]
     assert not worker.health.ready()[0]
+
+
+def test_a_jobs_log_lines_carry_its_ids_and_the_messages_trace(monkeypatch, caplog):
+    import dataclasses
+    import logging
+
+    from test_worker_decisions import job_message
+
+    harness = deadline_harness(monkeypatch)
+    harness.db.answers["claim_job"] = claim_row(attempt=1)
+    job = dataclasses.replace(job_message(), traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    with caplog.at_level(logging.INFO, logger="reference.worker"):
+        harness.handle(harness.delivery(job))
+    ready = [r for r in caplog.records if getattr(r, "outcome", None) == "ready"]
+    assert len(ready) == 1, [r.getMessage() for r in caplog.records]
+    record = ready[0]
+    assert (str(record.job_id), str(record.attachment_id), record.attempt) == (str(job.job_id),
+                                                                                str(job.attachment_id), 1)
+    assert record.trace_id == "0af7651916cd43dd8448eb211c80319c"
