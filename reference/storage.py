@@ -11,7 +11,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import BinaryIO
+from typing import IO
 
 import boto3
 from botocore.config import Config
@@ -84,7 +84,7 @@ class ObjectStore:
         self._call(self.client.put_object, Key=key, Body=data, ContentType=content_type,
                    ContentLength=len(data), Metadata=metadata)
 
-    def put_file(self, key: str, fileobj: BinaryIO, size: int, content_type: str, sha256: str) -> None:
+    def put_file(self, key: str, fileobj: IO[bytes], size: int, content_type: str, sha256: str) -> None:
         fileobj.seek(0)
         self._call(self.client.put_object, Key=key, Body=fileobj, ContentType=content_type,
                    ContentLength=size, Metadata={"sha256": sha256})

@@ -9,8 +9,13 @@ import concurrent.futures
 import logging
 import os
 import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, TypeAlias
 
 from reference import imaging, metrics
+
+Rendered: TypeAlias = list[imaging.RenderedVariant]
+Handoff: TypeAlias = asyncio.Future[ProcessPoolExecutor]  # a warmed-up replacement, handed to one render
 
 log = logging.getLogger("reference.worker")
 
@@ -23,7 +28,7 @@ CHEAP_DECODE_PIXELS_PER_SECOND = 5_000_000
 STARVED_WALL_FACTOR = 10
 
 
-def _process_cpu_seconds(executor) -> float | None:
+def _process_cpu_seconds(executor: ProcessPoolExecutor) -> float | None:
     """CPU time (user + system) used so far by the one process of a single-process executor, from /proc (Linux);
     None when it cannot be read."""
     try:
@@ -35,7 +40,7 @@ def _process_cpu_seconds(executor) -> float | None:
         return None
 
 
-def _retrieve(future) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()  # read, so that a render nobody awaits any more logs no "never retrieved" error
 
@@ -44,7 +49,7 @@ class _OverLimit(Exception):
     """A render ran over its time limit; its process is being replaced (``fresh``: the replacement, handed to
     this render only, or None)."""
 
-    def __init__(self, fresh: "asyncio.Future | None"):
+    def __init__(self, fresh: Handoff | None):
         super().__init__("over the time limit")
         self.fresh = fresh
 
@@ -72,10 +77,10 @@ class RenderPool:
         self.workers, self.limits, self.timeout = workers, limits, timeout_seconds
         self.start_timeout = start_timeout_seconds
         self.executors = {imaging.make_pool(1, limits) for _ in range(workers)}
-        self.idle: asyncio.Queue = asyncio.Queue()
+        self.idle: asyncio.Queue[ProcessPoolExecutor] = asyncio.Queue()
         for executor in self.executors:
             self.idle.put_nowait(executor)
-        self.starting: set[asyncio.Task] = set()
+        self.starting: set[asyncio.Task[None]] = set()
 
     def warm_up(self) -> None:
         # Start the forkserver and every pool process now, before any socket is opened.
@@ -130,8 +135,8 @@ class RenderPool:
             pixels = imaging.header_pixels(data)
         return pixels is not None and pixels <= CHEAP_DECODE_PIXELS_PER_SECOND * self.timeout
 
-    async def _finish(self, executor, future, keep_replacement: bool,
-                      cpu_judged: bool = False) -> list[imaging.RenderedVariant]:
+    async def _finish(self, executor: ProcessPoolExecutor, future: asyncio.Future[Rendered], keep_replacement: bool,
+                      cpu_judged: bool = False) -> Rendered:
         """Wait for a render under the time limit. ``cpu_judged`` (the retry of a cheap image): past the limit of
         wall-clock time the render goes on while its process has used less CPU than the limit — it was starved by
         the machine, not slowed by the image — up to STARVED_WALL_FACTOR limits of wall-clock time."""
@@ -147,7 +152,7 @@ class RenderPool:
                     break
                 except asyncio.TimeoutError:
                     cpu = None if cpu_at_start is None else _process_cpu_seconds(executor)
-                    if cpu is not None:
+                    if cpu is not None and cpu_at_start is not None:
                         used, elapsed = cpu - cpu_at_start, time.monotonic() - started
                         wall_left = self.timeout * STARVED_WALL_FACTOR - elapsed
                         if used < self.timeout and wall_left > 0:
@@ -169,7 +174,7 @@ class RenderPool:
         self.idle.put_nowait(executor)
         return result
 
-    def _replace(self, executor, why: str, keep: bool = False) -> "asyncio.Future | None":
+    def _replace(self, executor: ProcessPoolExecutor, why: str, keep: bool = False) -> Handoff | None:
         """Kill ``executor``'s process and start a replacement. ``keep``: the warmed-up replacement is handed to the
         caller (the returned future) instead of the idle queue — unless the caller stopped waiting for it."""
         log.warning("replacing one image process: %s", why)
@@ -178,16 +183,16 @@ class RenderPool:
         replacement = imaging.make_pool(1, self.limits)
         self.executors.add(replacement)
         loop = asyncio.get_running_loop()
-        handoff = loop.create_future() if keep else None
+        handoff: Handoff | None = loop.create_future() if keep else None
         task = loop.create_task(self._start(replacement, handoff))
         self.starting.add(task)
         task.add_done_callback(self.starting.discard)
         return handoff
 
-    async def _warm(self, executor) -> None:
+    async def _warm(self, executor: ProcessPoolExecutor) -> None:
         await asyncio.get_running_loop().run_in_executor(executor, imaging.warm_up, self.limits)
 
-    async def _start(self, executor, handoff: "asyncio.Future | None" = None) -> None:
+    async def _start(self, executor: ProcessPoolExecutor, handoff: Handoff | None = None) -> None:
         """Make the replacement's process ready, then let it take work (or hand it to the render waiting for it
         in ``handoff``). A start that fails or does not finish within ``start_timeout`` (a hung fork, a warm-up
         that never returns) is given up and another replacement tried: the slot is never lost."""

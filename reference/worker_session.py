@@ -11,15 +11,21 @@ import contextvars
 import functools
 import logging
 import time
+from collections.abc import AsyncIterator, Coroutine
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage
 
 from reference import brokers, metrics, topology
 from reference.backoff import reconnect_delays
 from reference.batching import BatchAssembler
 from reference.messages import JobMessage
 from reference.runtime import sleep_or_stop
+
+if TYPE_CHECKING:
+    from reference.settings import Settings
 
 log = logging.getLogger("reference.worker")
 
@@ -28,16 +34,16 @@ class SessionEnded(Exception):
     """The broker session of a delivery ended before the delivery got a processing slot."""
 
 
-_SESSION: contextvars.ContextVar = contextvars.ContextVar("broker_session", default=None)
+_SESSION: contextvars.ContextVar[_Session | None] = contextvars.ContextVar("broker_session", default=None)
 
 
 class _Session:
     """One broker session (connection + channel + consumer). Its deliveries can only be settled on its channel."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ended = asyncio.Event()
         self.reason = ""
-        self.waiting: set[asyncio.Task] = set()  # its deliveries still waiting for a processing slot
+        self.waiting: set[asyncio.Task[Any]] = set()  # its deliveries still waiting for a processing slot
 
     def end(self, reason: str) -> None:
         if self.ended.is_set():
@@ -56,11 +62,22 @@ async def _wait_any(*events: asyncio.Event, timeout: float) -> None:
         for waiter in waiters:
             waiter.cancel()
 
+
 class SessionConsumer:
     """Consumes the worker's queue and hands each delivery to ``_handle`` (reference/worker_jobs.py) in a task of
     its own. The state it uses is made by ``Worker.__init__`` (reference/worker.py)."""
 
-    async def _handle(self, message) -> None:
+    settings: Settings
+    identity: str
+    stop: asyncio.Event
+    slots: asyncio.Semaphore  # WORKER_CONCURRENCY processing slots, across broker sessions
+    tasks: set[asyncio.Task[None]]  # deliveries (and batches) in flight
+    dead_letter_exchange: AbstractExchange | None
+    work_channel: AbstractChannel | None
+    _assemblers: dict[_Session | None, BatchAssembler]  # batch mode: one per broker session
+    _batch_in_flight: int
+
+    async def _handle(self, message: AbstractIncomingMessage) -> None:
         raise NotImplementedError  # reference/worker_jobs.py: JobProcessor._handle
 
     async def _consume_until_stopped(self, stop: asyncio.Event) -> None:
@@ -160,21 +177,21 @@ class SessionConsumer:
         if pending:
             await asyncio.wait(pending, timeout=2.0)
 
-    async def _on_message(self, message: aio_pika.abc.AbstractIncomingMessage,
+    async def _on_message(self, message: AbstractIncomingMessage,
                           session: "_Session | None" = None) -> None:
         if self.settings.worker_batch_size > 1:
             self._add_to_batch(message, session)
             return
         self._spawn(self._deliver(message, session))
 
-    def _spawn(self, coroutine) -> None:
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coroutine)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
     # ----------------------------------------------------------- batch mode (BE-JOB-007)
 
-    def _add_to_batch(self, message, session: "_Session | None") -> None:
+    def _add_to_batch(self, message: AbstractIncomingMessage, session: "_Session | None") -> None:
         """Batch mode: deliveries are dispatched together (reference/batching.py says when), and each item then
         runs the single-delivery path unchanged — its own claim, lease, fenced commit and ack (never
         ``multiple=true``), its own retry or dead-letter — so no item waits for, or is settled by, another."""
@@ -186,8 +203,9 @@ class SessionConsumer:
         batch = assembler.add(message, time.monotonic(), self._batch_in_flight)
         if batch is not None:
             self._spawn(self._run_batch(batch, session))
-        elif len(assembler) == 1:  # a new batch opened: dispatch it when its wait is over, full or not
-            self._spawn(self._dispatch_when_due(assembler, assembler.generation, assembler.deadline(), session))
+        elif len(assembler) == 1 and (deadline := assembler.deadline()) is not None:
+            # A new batch opened (it has a deadline): dispatch it when its wait is over, full or not.
+            self._spawn(self._dispatch_when_due(assembler, assembler.generation, deadline, session))
 
     async def _dispatch_when_due(self, assembler: BatchAssembler, generation: int, deadline: float,
                                  session: "_Session | None") -> None:
@@ -197,11 +215,11 @@ class SessionConsumer:
         if assembler.due(time.monotonic(), generation):
             await self._run_batch(assembler.take(), session)
 
-    async def _run_batch(self, messages: list, session: "_Session | None") -> None:
+    async def _run_batch(self, messages: list[AbstractIncomingMessage], session: "_Session | None") -> None:
         self._batch_in_flight += len(messages)
         log.debug("dispatching a batch of %d deliveries", len(messages))
 
-        async def item(message) -> None:
+        async def item(message: AbstractIncomingMessage) -> None:
             try:
                 await self._deliver(message, session)
             finally:
@@ -213,7 +231,7 @@ class SessionConsumer:
                 log.error("delivery %s of a batch ended with %s", getattr(message, "message_id", "?"),
                           type(outcome).__name__, exc_info=outcome)
 
-    async def _deliver(self, message, session: "_Session | None") -> None:
+    async def _deliver(self, message: AbstractIncomingMessage, session: "_Session | None") -> None:
         token = _SESSION.set(session)
         try:
             await self._handle(message)
@@ -225,7 +243,7 @@ class SessionConsumer:
             _SESSION.reset(token)
 
     @contextlib.asynccontextmanager
-    async def _slot(self):
+    async def _slot(self) -> AsyncIterator[None]:
         """A process-wide processing slot (WORKER_CONCURRENCY across every broker session). A delivery of a session
         that ends while it waits gives up its place: it is never processed after its channel is gone."""
         session = _SESSION.get()
@@ -233,11 +251,12 @@ class SessionConsumer:
         if session is not None:
             if session.ended.is_set():
                 raise SessionEnded()
-            session.waiting.add(task)
+            if task is not None:
+                session.waiting.add(task)
         try:
             await self.slots.acquire()
         finally:
-            if session is not None:
+            if session is not None and task is not None:
                 session.waiting.discard(task)
         try:
             if session is not None and session.ended.is_set():
@@ -246,7 +265,7 @@ class SessionConsumer:
         finally:
             self.slots.release()
 
-    async def _forward(self, message, job: JobMessage) -> None:
+    async def _forward(self, message: AbstractIncomingMessage, job: JobMessage) -> None:
         """Level 5: a message of another pipeline version (an old relay, a manual or DLQ republish put it on this
         version's queue) is never processed here and never requeued here: it is published (confirmed) to its own
         version's queue, declared if needed, then acked. If that publish fails it is acked all the same: the job's
@@ -255,6 +274,8 @@ class SessionConsumer:
         metrics.JOBS.labels("forwarded").inc()
         try:
             channel = self.work_channel
+            if channel is None:
+                raise ConnectionError("no broker session")
             await topology.declare_version(channel, topology.config_from_settings(self.settings), job.pipeline_version)
             exchange = await channel.get_exchange(topology.EXCHANGE, ensure=False)
             await exchange.publish(
@@ -268,13 +289,15 @@ class SessionConsumer:
             log.warning("job %s: forwarding to pipeline version %d failed (%s); acked, the sweeper republishes it",
                         job.job_id, job.pipeline_version, type(exc).__name__)
         await settle(message, "ack")
-    async def _dead_letter(self, message, reason: str) -> None:
+    async def _dead_letter(self, message: AbstractIncomingMessage, reason: str) -> None:
         metrics.JOBS.labels("poison").inc()
         log.warning("dead-lettering message %s: %s", message.message_id, reason)
         try:
             headers = dict(message.headers or {})
             headers.update({"x-dead-letter-reason": reason[:500], "x-dead-lettered-by": self.identity,
                             "x-dead-lettered-at": datetime.now(timezone.utc).isoformat()})
+            if self.dead_letter_exchange is None:
+                raise ConnectionError("no broker session")
             await self.dead_letter_exchange.publish(
                 aio_pika.Message(message.body, headers=headers, content_type=message.content_type,
                                  message_id=message.message_id, delivery_mode=aio_pika.DeliveryMode.PERSISTENT),
@@ -286,10 +309,12 @@ class SessionConsumer:
         # If this ack is lost the redelivery is dead-lettered again: a duplicate in the DLQ, never a loss.
         await settle(message, "ack")
 
-def delivery_count(message) -> int:
+
+def delivery_count(message: AbstractIncomingMessage) -> int:
     """How many times the broker delivered this message before (quorum queues count in x-delivery-count)."""
     try:
-        count = int((message.headers or {}).get("x-delivery-count") or 0)
+        value = (message.headers or {}).get("x-delivery-count") or 0
+        count = int(value) if isinstance(value, (int, float, str)) else 0
     except (TypeError, ValueError, AttributeError):
         count = 0
     if count == 0 and getattr(message, "redelivered", False):
@@ -297,7 +322,7 @@ def delivery_count(message) -> int:
     return count
 
 
-async def settle(message, how: str) -> None:
+async def settle(message: AbstractIncomingMessage, how: str) -> None:
     try:
         if how == "ack":
             await message.ack()

@@ -8,6 +8,7 @@ changes a route's helper patches the route's module (e.g. ``routes.attachments._
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -25,7 +26,7 @@ from reference.storage import ObjectStore
 
 def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         Image.MAX_IMAGE_PIXELS = settings.max_pixels
         app.state.pool = None
         if connect:

@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
-from psycopg_pool import AsyncConnectionPool
 
 from reference.api.errors import ApiError, ServiceUnavailable
+from reference.db.pool import Pool
 from reference.failpoints import Failpoints
 from reference.settings import Settings
 from reference.storage import ObjectStore
 
 
 def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
-def get_pool(request: Request) -> AsyncConnectionPool:
-    pool = request.app.state.pool
+def get_pool(request: Request) -> Pool:
+    pool: Pool | None = request.app.state.pool
     if pool is None:
         raise ServiceUnavailable("database_unavailable", "the database is unavailable, retry later",
                                  request.app.state.settings.retry_after_seconds)
@@ -26,15 +28,17 @@ def get_pool(request: Request) -> AsyncConnectionPool:
 
 
 def get_store(request: Request) -> ObjectStore:
-    return request.app.state.store
+    store: ObjectStore = request.app.state.store
+    return store
 
 
 def get_failpoints(request: Request) -> Failpoints:
-    return request.app.state.failpoints
+    failpoints: Failpoints = request.app.state.failpoints
+    return failpoints
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-PoolDep = Annotated[AsyncConnectionPool, Depends(get_pool)]
+PoolDep = Annotated[Pool, Depends(get_pool)]
 StoreDep = Annotated[ObjectStore, Depends(get_store)]
 FailpointsDep = Annotated[Failpoints, Depends(get_failpoints)]
 
@@ -101,7 +105,7 @@ async def _audit_refusal(request: Request, client: str, outcome: str, status: in
 OperatorDep = Annotated[str, Depends(require_operator)]
 
 
-async def upload_slot(request: Request):
+async def upload_slot(request: Request) -> AsyncIterator[None]:
     """One of MAX_CONCURRENT_UPLOADS slots for the whole upload, taken before its body is read; none free:
     503 + Retry-After (not accepted, the client retries later with the same Idempotency-Key)."""
     from reference import metrics

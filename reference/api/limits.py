@@ -24,11 +24,16 @@ import io
 import logging
 import multiprocessing
 import warnings
+from multiprocessing.context import BaseContext
+from typing import IO, TYPE_CHECKING, Any
 
 from PIL import Image
 
 from reference.imaging import kill_pool
 from reference.inspection import UploadRejected, _ends_properly, inspect_image
+
+if TYPE_CHECKING:
+    from reference.inspection import ImageHeader
 
 log = logging.getLogger("reference.api")
 
@@ -50,7 +55,7 @@ class UploadGate:
         self.in_progress -= 1
 
 
-def needs_decode(spool, kind: str, size: int, tail: bytes) -> bool:
+def needs_decode(spool: IO[bytes], kind: str, size: int, tail: bytes) -> bool:
     """True when inspect_image would take its slow path (a decode): the file does not end with its format's
     trailer. The header-only check of every other file stays on an API thread."""
     spool.seek(0)
@@ -59,9 +64,9 @@ def needs_decode(spool, kind: str, size: int, tail: bytes) -> bool:
     return not _ends_properly(kind, head, size, tail)
 
 
-def _read_all(spool) -> bytes:
+def _read_all(spool: IO[bytes]) -> bytes:
     spool.seek(0)
-    data = spool.read()
+    data: bytes = spool.read()
     spool.seek(0)
     return data
 
@@ -76,7 +81,7 @@ def _ready() -> bool:
 
 
 def inspect_isolated(data: bytes, kind: str, size: int, tail: bytes, max_pixels: int,
-                     max_side: int) -> tuple:
+                     max_side: int) -> tuple[Any, ...]:
     """Sandbox entry point: ``("ok", kind, width, height)`` or ``("rejected", status, code, message)``
     (UploadRejected does not survive pickling, its fields do)."""
     try:
@@ -89,7 +94,7 @@ def inspect_isolated(data: bytes, kind: str, size: int, tail: bytes, max_pixels:
 class _Slot:
     """One sandbox process (a ProcessPoolExecutor of one), killed and replaced when a decode overruns."""
 
-    def __init__(self, context, max_pixels: int):
+    def __init__(self, context: BaseContext, max_pixels: int):
         self.context, self.max_pixels = context, max_pixels
         self.executor = self._new()
 
@@ -127,11 +132,12 @@ class DecodeSandbox:
         self.max_pixels, self.max_side, self.retry_after = max_pixels, max_side, retry_after_seconds
         self._slots: list[_Slot] = []
         self._idle: asyncio.Queue[_Slot] | None = None
-        self._starting: set[asyncio.Task] = set()
+        self._starting: set[asyncio.Task[None]] = set()
         self.start_timeout = max(10.0, timeout_seconds)
 
     def start(self) -> None:
         """Start the processes (blocking; call before opening connections, or from a thread)."""
+        context: BaseContext
         try:
             context = multiprocessing.get_context("forkserver")
         except ValueError:  # pragma: no cover - platforms without forkserver
@@ -146,7 +152,7 @@ class DecodeSandbox:
         for slot in self._slots:
             slot.shutdown()
 
-    def _replace(self, slot: _Slot, idle: asyncio.Queue) -> None:
+    def _replace(self, slot: _Slot, idle: asyncio.Queue[_Slot]) -> None:
         """Replace the slot's process in the background; the slot takes work again once its new process is ready,
         so a replacement's start is never charged to a check's time limit (issue 23 defect 1, the API's side)."""
         async def restart() -> None:
@@ -157,7 +163,7 @@ class DecodeSandbox:
         self._starting.add(task)
         task.add_done_callback(self._starting.discard)
 
-    def _queue(self) -> asyncio.Queue:
+    def _queue(self) -> asyncio.Queue[_Slot]:
         if self._idle is None:
             if not self._slots:
                 self.start()
@@ -166,7 +172,7 @@ class DecodeSandbox:
                 self._idle.put_nowait(slot)
         return self._idle
 
-    async def inspect(self, spool, kind: str, size: int, tail: bytes):
+    async def inspect(self, spool: IO[bytes], kind: str, size: int, tail: bytes) -> ImageHeader:
         """inspect_image of the spooled upload in a sandbox process; returns an ImageHeader or raises
         UploadRejected / ServiceUnavailable. The bytes are read only once a process is free (memory stays
         bounded by the number of processes, not of waiting requests)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from reference.api.app import create_app
 from reference.settings import Settings
@@ -16,11 +17,11 @@ from reference.settings import Settings
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 
 
-def current() -> dict:
+def current() -> dict[str, Any]:
     return create_app(Settings(), connect=False).openapi()
 
 
-def render(document: dict) -> str:
+def render(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 

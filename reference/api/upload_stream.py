@@ -13,10 +13,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import tempfile
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from python_multipart.multipart import MultipartParseError, MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect, Request
+
+if TYPE_CHECKING:
+    from python_multipart.multipart import MultipartCallbacks  # a TypedDict of its stubs only
 
 from reference.inspection import SNIFF_BYTES, UploadRejected, could_still_match, sniff
 
@@ -28,7 +33,7 @@ SPOOL_IN_MEMORY = 1024 * 1024
 
 @dataclass
 class ReceivedFile:
-    spool: tempfile.SpooledTemporaryFile
+    spool: tempfile.SpooledTemporaryFile[bytes]
     size: int
     sha256: str
     kind: str
@@ -43,7 +48,7 @@ class ReceivedFile:
 @dataclass
 class _FileSink:
     max_bytes: int
-    spool: tempfile.SpooledTemporaryFile = field(
+    spool: tempfile.SpooledTemporaryFile[bytes] = field(
         default_factory=lambda: tempfile.SpooledTemporaryFile(max_size=SPOOL_IN_MEMORY))
     digest: "hashlib._Hash" = field(default_factory=hashlib.sha256)
     size: int = 0
@@ -86,7 +91,7 @@ class _Parts:
         self.file_done = False
         self.filename: str | None = None
 
-    def callbacks(self) -> dict:
+    def callbacks(self) -> MultipartCallbacks:
         return {
             "on_part_begin": self.on_part_begin,
             "on_header_field": self.on_header_field,
@@ -135,7 +140,8 @@ class _Parts:
         self.in_file = False
 
 
-async def _chunks(request: Request, total_seconds: float | None, idle_seconds: float | None):
+async def _chunks(request: Request, total_seconds: float | None,
+                  idle_seconds: float | None) -> AsyncIterator[bytes]:
     """The body's chunks, each awaited within the idle limit and the whole within the total one (issue 23 defect
     10: a sender that stalls or trickles must not hold an upload slot for ever): 408 on expiry."""
     stream = request.stream().__aiter__()

@@ -3,12 +3,21 @@ one statement (see sql/queries.sql); explicit transactions use conn.transaction(
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, TypeAlias
+
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+if TYPE_CHECKING:
+    from reference.settings import Settings
 
-def connection_kwargs(settings, application_name: str) -> dict:
+# Every connection of the reference returns rows as dicts (dict_row): the types say so.
+Connection: TypeAlias = AsyncConnection[DictRow]
+Pool: TypeAlias = AsyncConnectionPool[AsyncConnection[DictRow]]
+
+
+def connection_kwargs(settings: Settings, application_name: str) -> dict[str, Any]:
     statement_ms = int(settings.db_statement_timeout_seconds * 1000)
     return {
         "autocommit": True,
@@ -24,10 +33,11 @@ def connection_kwargs(settings, application_name: str) -> dict:
     }
 
 
-async def open_pool(settings, application_name: str, *, min_size: int = 1, max_size: int = 10,
-                    wait: bool = False) -> AsyncConnectionPool:
-    pool = AsyncConnectionPool(
+async def open_pool(settings: Settings, application_name: str, *, min_size: int = 1, max_size: int = 10,
+                    wait: bool = False) -> Pool:
+    pool: Pool = AsyncConnectionPool(
         settings.psycopg_conninfo,
+        connection_class=AsyncConnection[DictRow],
         min_size=min_size,
         max_size=max_size,
         kwargs=connection_kwargs(settings, application_name),
@@ -40,5 +50,7 @@ async def open_pool(settings, application_name: str, *, min_size: int = 1, max_s
     return pool
 
 
-async def connect(settings, application_name: str) -> AsyncConnection:
-    return await AsyncConnection.connect(settings.psycopg_conninfo, **connection_kwargs(settings, application_name))
+async def connect(settings: Settings, application_name: str) -> Connection:
+    kwargs = connection_kwargs(settings, application_name)
+    del kwargs["row_factory"]  # named below, so that the connection's type says its rows are dicts
+    return await AsyncConnection.connect(settings.psycopg_conninfo, row_factory=dict_row, **kwargs)

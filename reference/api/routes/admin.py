@@ -3,6 +3,8 @@ another pipeline version (POST /v1/admin/attachments/{id}/reprocess, level 5).""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response
 
 from reference.api.deps import OperatorDep, PoolDep, SettingsDep
@@ -18,7 +20,7 @@ router = APIRouter()
 @router.post("/v1/admin/attachments/{attachment_id}/replay", status_code=202, response_model=ReplayAccepted,
              responses=ERRORS, summary="Operator replay of a failed attachment")
 async def replay_attachment(attachment_id: str, body: ReplayRequest, operator: OperatorDep,
-                            settings: SettingsDep, pool: PoolDep, request: Request):
+                            settings: SettingsDep, pool: PoolDep, request: Request) -> dict[str, Any]:
     parsed = parse_id(attachment_id)
     try:  # one job: the version named, else the one the attachment's status shows (issue 23 defect 5)
         async with pool.connection() as conn:
@@ -38,7 +40,7 @@ async def replay_attachment(attachment_id: str, body: ReplayRequest, operator: O
                                         "description": "The version's job existed already: nothing written"}},
              summary="Operator reprocessing of an attachment for another pipeline version (level 5)")
 async def reprocess_attachment(attachment_id: str, body: ReprocessRequest, operator: OperatorDep,
-                               settings: SettingsDep, pool: PoolDep, response: Response):
+                               settings: SettingsDep, pool: PoolDep, response: Response) -> dict[str, Any]:
     parsed = parse_id(attachment_id)
     try:
         async with pool.connection() as conn:

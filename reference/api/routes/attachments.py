@@ -9,7 +9,7 @@ import re
 import time
 import uuid
 from datetime import timezone
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse
@@ -21,6 +21,7 @@ from reference.api.limits import needs_decode
 from reference.api.models import AttachmentStatus, EventList, UploadAccepted
 from reference.api.routes.common import ERRORS, parse_id
 from reference.api.upload_stream import FILE_FIELD, receive_file
+from reference.db.pool import Pool
 from reference.db.queries import queries
 from reference.failpoints import FailpointError
 from reference.inspection import inspect_image, sanitize_filename
@@ -59,7 +60,7 @@ async def create_attachment(
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
     traceparent: Annotated[str | None, Header()] = None,
     tracestate: Annotated[str | None, Header()] = None,
-):
+) -> JSONResponse:
     started = time.perf_counter()
     if idempotency_key is not None and not IDEMPOTENCY_KEY.match(idempotency_key):
         raise ApiError(400, "invalid_idempotency_key", "Idempotency-Key must be 1-200 visible ASCII characters")
@@ -126,12 +127,15 @@ async def create_attachment(
                 "traceparent": accept_traceparent(traceparent), "tracestate": accept_tracestate(tracestate),
             })
             outcome = await cursor.fetchone()
+        if outcome is None:
+            raise RuntimeError("record_upload returned no row")
         if not outcome["fresh"]:
             # An unrecorded staging object older than STAGING_RETENTION_SECONDS is
             # deleted by the sweeper: never record one that may already be gone.
             raise ServiceUnavailable("staging_too_old", "the upload took too long, retry",
                                      settings.retry_after_seconds)
         if not outcome["recorded"]:  # a concurrent twin holds the key
+            assert idempotency_key is not None  # only a key another upload recorded leaves this one unrecorded
             await _discard(store, key)
             earlier = await _idempotent_answer(pool, idempotency_key, upload.sha256)
             metrics.UPLOADS.labels("idempotent_replay").inc()
@@ -152,7 +156,7 @@ async def create_attachment(
 
 @router.get("/v1/attachments/{attachment_id}", response_model=AttachmentStatus, responses=ERRORS,
             summary="State, original and variants of an attachment")
-async def get_attachment(attachment_id: str, pool: PoolDep, settings: SettingsDep):
+async def get_attachment(attachment_id: str, pool: PoolDep, settings: SettingsDep) -> dict[str, Any]:
     parsed = parse_id(attachment_id)
     async with pool.connection() as conn:
         cursor = await conn.execute(queries().get_attachment, {
@@ -196,7 +200,7 @@ async def get_attachment(attachment_id: str, pool: PoolDep, settings: SettingsDe
 
 @router.get("/v1/attachments/{attachment_id}/events", response_model=EventList, responses=ERRORS,
             summary="State transitions of an attachment in commit order")
-async def get_events(attachment_id: str, pool: PoolDep):
+async def get_events(attachment_id: str, pool: PoolDep) -> dict[str, Any]:
     parsed = parse_id(attachment_id)
     async with pool.connection() as conn:
         cursor = await conn.execute(queries().get_events, {"attachment_id": parsed})
@@ -217,7 +221,7 @@ def server_timing(phases: dict[str, float]) -> str:
     return ", ".join(f"{name};dur={seconds * 1000:.2f}" for name, seconds in phases.items())
 
 
-async def _idempotent_answer(pool, key: str, request_sha256: str) -> dict | None:
+async def _idempotent_answer(pool: Pool, key: str, request_sha256: str) -> dict[str, Any] | None:
     async with pool.connection() as conn:
         cursor = await conn.execute(queries().idempotency_get, {"key": key})
         row = await cursor.fetchone()
@@ -225,7 +229,8 @@ async def _idempotent_answer(pool, key: str, request_sha256: str) -> dict | None
         return None
     if row["request_sha256"].strip() != request_sha256:
         raise ApiError(409, "idempotency_key_reused", "this Idempotency-Key was used with a different body")
-    return row["response"]
+    response: dict[str, Any] = row["response"]
+    return response
 
 
 async def _discard(store: ObjectStore, key: str) -> None:

@@ -4,13 +4,17 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter
+
+from reference import dlq
 
 from reference.api.deps import OperatorDep, PoolDep, SettingsDep
 from reference.api.errors import ApiError, ServiceUnavailable
 from reference.api.models import DeadLetterList, DlqReplayRequest, DlqReplayResult, ReplayRequest
 from reference.api.routes.common import ERRORS, parse_id
+from reference.db.pool import Pool
 from reference.settings import Settings
 
 log = logging.getLogger("reference.api")
@@ -19,9 +23,7 @@ router = APIRouter()
 
 @router.get("/v1/admin/dlq", response_model=DeadLetterList, responses=ERRORS,
             summary="Operator: the dead letters (read without loss: taken unacknowledged, all returned)")
-async def list_dead_letters(operator: OperatorDep, settings: SettingsDep, limit: int = 100):
-    from reference import dlq
-
+async def list_dead_letters(operator: OperatorDep, settings: SettingsDep, limit: int = 100) -> dict[str, Any]:
     try:
         return await dlq.list_letters(settings, limit)
     except Exception as exc:
@@ -32,26 +34,23 @@ async def list_dead_letters(operator: OperatorDep, settings: SettingsDep, limit:
 @router.post("/v1/admin/dlq/replay", response_model=DlqReplayResult, responses=ERRORS,
              summary="Operator: replay dead letters by key, job or filter; audited, idempotent")
 async def replay_dead_letters(body: DlqReplayRequest, operator: OperatorDep, settings: SettingsDep,
-                              pool: PoolDep, all: bool = False):
-    from reference import dlq
-
+                              pool: PoolDep, all: bool = False) -> dict[str, Any]:
     selector = dlq.Selector(message_keys=set(body.message_keys), job_ids={str(j) for j in body.job_ids},
                             dead_reason=body.dead_reason, older_than_seconds=body.older_than_seconds,
                             everything=body.all or all, limit=body.limit)
-    return await _dlq_replay(dlq, selector, body.reason, operator, settings, pool)
+    return await _dlq_replay(selector, body.reason, operator, settings, pool)
 
 
 @router.post("/v1/admin/dlq/jobs/{job_id}/replay", response_model=DlqReplayResult, responses=ERRORS,
              summary="Operator: replay the dead letters of one job; a second replay is a no-op that says so")
 async def replay_dead_letters_of_job(job_id: str, body: ReplayRequest, operator: OperatorDep,
-                                     settings: SettingsDep, pool: PoolDep):
-    from reference import dlq
-
+                                     settings: SettingsDep, pool: PoolDep) -> dict[str, Any]:
     parsed = parse_id(job_id)
-    return await _dlq_replay(dlq, dlq.Selector(job_ids={str(parsed)}), body.reason, operator, settings, pool)
+    return await _dlq_replay(dlq.Selector(job_ids={str(parsed)}), body.reason, operator, settings, pool)
 
 
-async def _dlq_replay(dlq, selector, reason: str, operator: str, settings: Settings, pool):
+async def _dlq_replay(selector: dlq.Selector, reason: str, operator: str, settings: Settings,
+                      pool: Pool) -> dict[str, Any]:
     try:
         return await dlq.replay_letters(settings, pool, selector, operator=operator, reason=reason,
                                         ttl_seconds=settings.job_ttl_seconds, max_attempts=settings.max_attempts,

@@ -4,6 +4,7 @@ metrics (GET /metrics)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
@@ -14,7 +15,7 @@ router = APIRouter()
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness, with the reachability of the database and store")
-async def healthz(request: Request):
+async def healthz(request: Request) -> dict[str, Any]:
     database = storage = "unavailable"
     pool = request.app.state.pool
     if pool is not None:
@@ -36,6 +37,6 @@ async def healthz(request: Request):
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,
             responses={200: {"content": {"text/plain": {}}}})
-async def metrics_endpoint():
+async def metrics_endpoint() -> Response:
     body, content_type = metrics.render()
     return Response(body, media_type=content_type)
