@@ -109,9 +109,11 @@ def _fake_grade(monkeypatch, tmp_path, refuse_second: bool):
             pass
 
     monkeypatch.setattr(stack_mod, "Stack", _FakeStack)
-    monkeypatch.setattr(grade_mod, "ScenarioRun", Run)
+    import harness.grade_schedule as schedule_mod
+
+    monkeypatch.setattr(schedule_mod, "ScenarioRun", Run)  # the scheduler runs them; grade() plans and judges
     monkeypatch.setattr(grade_mod, "plan", lambda adapter, level, only: (chosen, [], [], {}))
-    monkeypatch.setattr(grade_mod, "scenario_entry", lambda result, run_dir, base, seconds: {"verdict": "valid"})
+    monkeypatch.setattr(schedule_mod, "scenario_entry", lambda result, run_dir, base, seconds: {"verdict": "valid"})
     monkeypatch.setattr(grade_mod, "aggregate", lambda *a, **k: {"verdict": "valid"})
     monkeypatch.setattr(grade_mod, "write_grade_reports", lambda *a: None)
     monkeypatch.setattr(grade_mod.tenants_ahead, "enabled", lambda: False)
