@@ -16,6 +16,7 @@ grade: bootstrap
 
 lint: bootstrap
 	.venv/bin/ruff check .
+	.venv/bin/mypy  # the strictly typed modules: files in [tool.mypy] of pyproject.toml
 
 test: lint
 	.venv/bin/pytest $(PYTEST_ARGS)

@@ -11,9 +11,23 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
+
+if TYPE_CHECKING:  # types only: the runner imports this module, and these import more of the harness
+    from harness.adapter import Adapter
+    from harness.broker import ConsumerSampler, Management, Tap
+    from harness.history import HistoryWriter
+    from harness.supervisor import Instance, Supervisor
+
+    from .failpoints import FailpointFaults
+    from .network import NetworkFaults
+    from .process import ProcessFaults
+    from .services import ServiceFaults
 
 TERMINAL = ("ready", "failed")
+
+# One fault step of the scenario's schedule (harness/nemesis.py): the scenario's TOML table plus ``index``.
+Step = dict[str, Any]
 
 
 class ObserverView(Protocol):
@@ -30,8 +44,8 @@ class BrokerHandle:
     """The broker as the kinds use it: the management API (get, publish, depths, leaders), the tap (every message
     that reached the work queue), the tenant's direct AMQP URL(s) (not through any proxy) and the work queue."""
 
-    management: Any
-    tap: Any
+    management: Management
+    tap: Tap
     amqp_url: str
     amqp_urls: str
     work_queue: str
@@ -39,24 +53,24 @@ class BrokerHandle:
 
 @dataclass
 class FaultContext:
-    adapter: Any
+    adapter: Adapter
     seed: int
     windows: list[str]
-    schedule: list[dict]
-    supervisor: Any
-    history: Any
-    stack: Any
+    schedule: list[Step]
+    supervisor: Supervisor
+    history: HistoryWriter
+    stack: Any  # the run's stack (harness/stack): one broker node or a cluster, read by the kinds that need which
     broker: BrokerHandle
     base_url: str
     stopping: threading.Event
     log: Callable[[str], None]
     # The fault mechanisms (chaos/): process signals, Toxiproxy, service restarts, failpoint arming.
-    processes: Any = None
-    network: Any = None
-    services: Any = None
-    failpoints: Any = None
+    processes: ProcessFaults | None = None
+    network: NetworkFaults | None = None
+    services: ServiceFaults | None = None
+    failpoints: FailpointFaults | None = None
     # Extra environment of a new instance (its /metrics listener), and what to do once held roles run again.
-    instance_env: Callable[[str, str], dict] = lambda name, role: {}
+    instance_env: Callable[[str, str], dict[str, str]] = lambda name, role: {}
     after_release: Callable[[list[str]], None] = lambda names: None
     observer: ObserverView | None = None
     objects: Any = None  # the run's object watcher (scenario watch_objects): the object_written trigger reads it
@@ -67,39 +81,39 @@ class FaultContext:
     peer_held: dict[str, int] = field(default_factory=dict)  # consumer instance -> the peek step holding it
     extra_stopped: set[str] = field(default_factory=set)  # stopped on purpose: no restart brings them back
     hits: dict[str, threading.Event] = field(default_factory=dict)
-    window_hits: list[dict] = field(default_factory=list)
+    window_hits: list[dict[str, Any]] = field(default_factory=list)
     restart_after: dict[str, float] = field(default_factory=dict)
     restart_timers: list[threading.Timer] = field(default_factory=list)
     version_instances: dict[int, list[str]] = field(default_factory=dict)  # level 5: start_version's instances
-    sampler: Any = None
+    sampler: ConsumerSampler | None = None
 
     # --- targets --------------------------------------------------------------------------------
-    def instances_of(self, role: str) -> list[str]:
+    def instances_of(self, role: str | None) -> list[str]:
         return [n for n, i in self.supervisor.instances.items() if i.role == role]
 
     def consumers(self) -> list[str]:
         return [n for r in self.adapter.expand_roles(["@consumers"]) for n in self.instances_of(r)]
 
-    def role(self, step) -> str:
+    def role(self, step: Step) -> str:
         """The role a step targets: named, or a group (default ``@consumers``: the adapter's consumer roles)."""
         roles = self.adapter.expand_roles([step.get("role") or "@consumers"], self.windows)
         if not roles:
             raise ValueError(f"scenario targets {step.get('role') or '@consumers'!r}, which the adapter does not define")
         return roles[0]
 
-    def target(self, step) -> str:
+    def target(self, step: Step) -> str:
         role = self.role(step)
         names = self.instances_of(role)
         if not names:
             raise ValueError(f"scenario targets role {role!r} which the adapter does not define")
         return names[0]
 
-    def failpoint_instance(self, step) -> str:
+    def failpoint_instance(self, step: Step) -> str:
         role = step.get("role") or self.adapter.window_role(step["window"])
         return self.instances_of(role)[0]
 
     # --- triggers -------------------------------------------------------------------------------
-    def wait_trigger(self, step, delay: float = 0.0) -> bool:
+    def wait_trigger(self, step: Step, delay: float = 0.0) -> bool:
         """Wait for the step's trigger; False if it never came within the step timeout."""
         deadline = time.monotonic() + float(step.get("timeout", 30))
         if "at" in step and step.get("at") is not None:
@@ -148,7 +162,7 @@ class FaultContext:
         raise ValueError(f"unknown trigger {when!r}")
 
     # --- holds ----------------------------------------------------------------------------------
-    def peek_peers(self, step) -> list[str]:
+    def peek_peers(self, step: Step) -> list[str]:
         """For a crash whose delivery the harness looks for (``peek_queue``): every consumer instance but the one
         the step crashes. They are held with the step's roles — a running one would take the returned delivery
         before the look (two worker instances, the usual deployment)."""
@@ -160,7 +174,7 @@ class FaultContext:
             return []  # a step whose role the adapter lacks fails where it runs, never in a release or the heal
         return [n for n in self.consumers() if n != target]
 
-    def hold(self, step) -> None:
+    def hold(self, step: Step) -> None:
         roles = self.adapter.expand_roles(step.get("hold") or [])
         names = [n for r in roles for n in self.instances_of(r)]
         peers = [n for n in self.peek_peers(step) if n not in names]
@@ -177,7 +191,7 @@ class FaultContext:
         self.log(f"holding {', '.join(names)}" + ("" if step["action"] == "hold" else
                                                    " (so lease recovery cannot mask the fault)"))
 
-    def release(self, step) -> None:
+    def release(self, step: Step) -> None:
         roles = self.adapter.expand_roles(step.get("hold") or [])
         # An instance another step holds as a peek's peer stays down until that step releases it.
         names = [n for r in roles for n in self.instances_of(r)
@@ -208,7 +222,7 @@ class FaultContext:
         self.log(f"started extra instance {name}")
         return name
 
-    def first_start_env(self, name: str) -> dict:
+    def first_start_env(self, name: str) -> dict[str, str]:
         """FAILPOINTS of an instance's first start: the windows of untimed failpoint steps it hosts, armed now."""
         from .failpoints import failpoints_value
 
@@ -223,7 +237,7 @@ class FaultContext:
         return {"FAILPOINTS": failpoints_value(arms)} if arms else {}
 
     # --- the consumer sampler -------------------------------------------------------------------
-    def start_sampler(self, step) -> None:
+    def start_sampler(self, step: Step) -> None:
         """Sample every consumer of the work queue (prefetch, unacked) from now until the drain (hold, permute)."""
         if self.sampler is not None:
             return
@@ -241,7 +255,7 @@ class FaultContext:
                                 errors=self.sampler.errors, last_error=self.sampler.last_error)
 
     # --- exits and restarts ---------------------------------------------------------------------
-    def on_exit(self, instance, info) -> None:
+    def on_exit(self, instance: Instance, info: dict[str, Any]) -> None:
         """The supervisor's exit callback: an armed role that exits on its own is a failpoint hit (its jobs looked at
         while it is down, then restarted ``restart_after`` later); any other unexpected exit is restarted."""
         if self.stopping.is_set():
@@ -289,7 +303,7 @@ class FaultContext:
     def schedule_restart(self, name: str, delay: float, look: str | None = None) -> None:
         began = time.monotonic()
 
-        def restart():
+        def restart() -> None:
             if look is not None:
                 self.look_while_down(look, within=max(0.3, 0.8 * delay))
                 time.sleep(max(0.0, delay - (time.monotonic() - began)))

@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, TypedDict
 
 from .formats import canonical_ids, has_upper_uuid
 
@@ -43,11 +43,24 @@ EVENT_TYPES = frozenset(
      "object", "delivery", "metrics", "snapshot", "versions", "version_snapshot", "tamper", "unroutable"}
 )
 
+# One history line, as written and as read back: a JSON object with ``seq``, ``t``, ``wall``, ``type`` and the
+# fields of its type (module docstring); a loaded one also has ``line``. Kept a plain dict: the file is the schema,
+# and a checker reads an absent field as None (``e.get``).
+Event = dict[str, Any]
+
+
+class Operation(TypedDict):
+    """A client operation: its ``invoke`` line and its completion (``ok`` / ``fail`` / ``info``), None while open."""
+
+    invoke: Event
+    complete: Event | None
+
 
 class HistoryWriter:
     """Thread-safe append-only JSONL writer; flushes every line so a crash of the harness keeps them."""
 
-    def __init__(self, path: Path, clock=time.monotonic, wall=time.time):
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
@@ -70,7 +83,7 @@ class HistoryWriter:
     def now(self) -> float:
         return round(self._clock() - self._t0, 6)
 
-    def append(self, type_: str, **fields: Any) -> dict:
+    def append(self, type_: str, **fields: Any) -> Event:
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown history event type {type_!r}")
         with self._lock:
@@ -87,7 +100,7 @@ class HistoryWriter:
             if not self._file.closed:
                 self._file.close()
 
-    def append_if_open(self, type_: str, **fields: Any) -> dict | None:
+    def append_if_open(self, type_: str, **fields: Any) -> Event | None:
         """``append`` for a writer that may outlive the run (a watcher thread reaping a role at teardown): after
         ``close`` the line is dropped instead of raising in that thread."""
         with self._lock:
@@ -95,10 +108,10 @@ class HistoryWriter:
                 return None
             return self.append(type_, **fields)
 
-    def __enter__(self):
+    def __enter__(self) -> HistoryWriter:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -106,7 +119,7 @@ class HistoryWriter:
 class History:
     """A loaded history: a list of event dicts, each with ``line`` (1-based line number in the file)."""
 
-    events: tuple[dict, ...]
+    events: tuple[Event, ...]
 
     @classmethod
     def load(cls, path: Path) -> "History":
@@ -116,7 +129,7 @@ class History:
     def from_lines(cls, lines: Iterable[str]) -> "History":
         """The lines as events; UUIDs compared case-insensitively, so each is read in lower case (formats.py): the
         file keeps what the implementation wrote."""
-        events = []
+        events: list[Event] = []
         for number, raw in enumerate(lines, start=1):
             if not raw.strip():
                 continue
@@ -128,22 +141,22 @@ class History:
         return cls(tuple(events))
 
     @classmethod
-    def from_events(cls, events: Iterable[dict]) -> "History":
+    def from_events(cls, events: Iterable[Event]) -> "History":
         """Build a history from dicts (tests, hand-made histories); fills seq/t/wall/line if missing."""
-        out = []
+        out: list[Event] = []
         for number, event in enumerate(events, start=1):
-            e = {"seq": number, "t": float(number), "wall": 1_700_000_000.0 + number, **canonical_ids(event)}
+            e: Event = {"seq": number, "t": float(number), "wall": 1_700_000_000.0 + number, **canonical_ids(event)}
             e.setdefault("line", number)
             out.append(e)
         return cls(tuple(out))
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[Event]:
         return iter(self.events)
 
     def __len__(self) -> int:
         return len(self.events)
 
-    def of_type(self, *types: str) -> list[dict]:
+    def of_type(self, *types: str) -> list[Event]:
         """The events of these types, in history order (an index built once: checkers ask this thousands of times
         on a long run's history, which a scan each time made quadratic)."""
         index = self._index()
@@ -151,35 +164,42 @@ class History:
             return list(index.get(types[0], ()))
         return [e for e in self.events if e["type"] in types]
 
-    def of_attachment(self, type_: str, attachment_id) -> list[dict]:
+    def of_attachment(self, type_: str, attachment_id: Any) -> list[Event]:
         """The events of ``type_`` naming ``attachment_id``, in history order (indexed once, like ``of_type``)."""
         return self.where(type_, "attachment_id", attachment_id)
 
-    def where(self, type_: str, field: str, value) -> list[dict]:
+    def where(self, type_: str, field: str, value: Any) -> list[Event]:
         """The events of ``type_`` whose ``field`` is ``value``, in history order (indexed once per type and field)."""
         key = ("where", type_, field)
-        cache = self.__dict__.setdefault("_cache", {})
+        cache = self._memo()
         if key not in cache:
-            by: dict = {}
+            by: dict[Any, list[Event]] = {}
             for e in self._index().get(type_, ()):
                 value_of = e.get(field)
                 if isinstance(value_of, (str, int, float, type(None))):
                     by.setdefault(value_of, []).append(e)
             cache[key] = by
-        return list(cache[key].get(value, ()))
+        by_value: dict[Any, list[Event]] = cache[key]
+        return list(by_value.get(value, ()))
 
-    def _index(self) -> dict[str, list[dict]]:
-        cache = self.__dict__.setdefault("_cache", {})
+    def _memo(self) -> dict[Any, Any]:
+        """Indexes built once per loaded history (the dataclass is frozen: kept in the instance's ``__dict__``)."""
+        cache: dict[Any, Any] = self.__dict__.setdefault("_cache", {})
+        return cache
+
+    def _index(self) -> dict[str, list[Event]]:
+        cache = self._memo()
         if "type" not in cache:
-            index: dict[str, list[dict]] = {}
+            index: dict[str, list[Event]] = {}
             for e in self.events:
                 index.setdefault(e["type"], []).append(e)
             cache["type"] = index
-        return cache["type"]
+        by_type: dict[str, list[Event]] = cache["type"]
+        return by_type
 
-    def operations(self) -> dict[str, dict]:
+    def operations(self) -> dict[str, Operation]:
         """Pair every invoke with its completion: op id -> {"invoke": ev, "complete": ev|None}."""
-        ops: dict[str, dict] = {}
+        ops: dict[str, Operation] = {}
         for e in self.events:
             if e["type"] == "invoke":
                 ops[e["op"]] = {"invoke": e, "complete": None}
@@ -187,7 +207,7 @@ class History:
                 ops[e["op"]]["complete"] = e
         return ops
 
-    def accepted(self) -> list[tuple[dict, dict]]:
+    def accepted(self) -> list[tuple[Event, Event]]:
         """(invoke, ok) pairs of uploads that got a 202: the accepted work."""
         return [
             (o["invoke"], o["complete"])
@@ -196,7 +216,7 @@ class History:
         ]
 
 
-def excerpt(event: dict) -> dict:
+def excerpt(event: Event) -> Event:
     """A compact copy of a history line for evidence."""
     keep = {k: v for k, v in event.items() if k not in ("body_raw",)}
     return keep

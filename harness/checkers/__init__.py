@@ -24,8 +24,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from types import ModuleType
+from typing import Any, Iterable
 
-from .base import INVALID, TAMPERED, UNKNOWN, VALID, Verdict, combine
+from ..history import History
+from .base import INVALID, TAMPERED, UNKNOWN, VALID, FinalState, RunInfo, Verdict, combine
 
 
 def _discover() -> dict[str, ModuleType]:
@@ -45,7 +47,7 @@ def _discover() -> dict[str, ModuleType]:
 CHECKERS: dict[str, ModuleType] = _discover()
 
 
-def timing_checkers(timing_names=None) -> dict[str, tuple[str, ...]]:
+def timing_checkers(timing_names: Iterable[str] | None = None) -> dict[str, tuple[str, ...]]:
     """Timing -> the checkers that say ``unknown`` without it (their ``TIMINGS``), each tuple in checker-name order;
     the timings in ``timing_names`` order when given, else in the order the checkers (by name) declare them."""
     table: dict[str, list[str]] = {}
@@ -68,28 +70,30 @@ def declarations(attribute: str) -> dict[str, object]:
 ALWAYS_COUNTED = frozenset(name for name, flag in declarations("ALWAYS_COUNTED").items() if flag)
 
 
-def counts(verdict: Verdict | dict, declared: list[str] | None) -> bool:
+def counts(verdict: Verdict | dict[str, Any], declared: list[str] | None) -> bool:
     """Whether this verdict's status decides the scenario's: every valid/invalid does; an unknown only if relied on."""
     data = verdict if isinstance(verdict, dict) else verdict.to_dict()
     return (data["status"] != UNKNOWN or declared is None or data["invariant"] in declared
             or data["invariant"] in ALWAYS_COUNTED)
 
 
-def _canonical_final(final):
+def _canonical_final(final: FinalState) -> FinalState:
     import json
 
     from ..formats import canonical_ids, has_upper_uuid
 
     if isinstance(final, dict) and has_upper_uuid(json.dumps(final, default=str)):
-        return canonical_ids(final)
+        canonical: FinalState = canonical_ids(final)
+        return canonical
     return final
 
 
-def run_checks(history, final, run, names=None) -> list[Verdict]:
+def run_checks(history: History, final: FinalState, run: RunInfo,
+               names: Iterable[str] | None = None) -> list[Verdict]:
     """Run the named checkers (default: all) and return their verdicts; a crashing checker yields unknown.
     UUIDs are case-insensitive: the final state is read with each in lower case, as the history is (formats.py)."""
     final = _canonical_final(final)
-    verdicts = []
+    verdicts: list[Verdict] = []
     for name in names or CHECKERS:
         module = CHECKERS[name]
         try:

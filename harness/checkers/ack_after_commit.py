@@ -12,8 +12,11 @@ Consumers are the adapter's ``consumer`` roles; a lease recovery is any
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
+from ..history import History
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, missing_timings,
-                   recovering_roles, role_kind, seed_of, timing, transitions_of)
+                   recovering_roles, role_kind, seed_of, timing, transitions_of, FinalState, RunInfo)
 
 NAME = "ack_after_commit"
 REQUIREMENTS = ["BE-JOB-001"]
@@ -21,7 +24,7 @@ TIMINGS = ("lease_seconds",)  # unknown without it where it is asked (a consumer
 PROVES = ("ack_vs_commit",)
 
 
-def consumer_crashes(history, consumers: frozenset[str]) -> list[dict]:
+def consumer_crashes(history: History, consumers: frozenset[str]) -> list[dict[str, Any]]:
     """Faults that killed a consumer without cleanup: failpoint crashes seen to hit, and SIGKILLs."""
     out = []
     for e in history.of_type("fault"):
@@ -32,7 +35,7 @@ def consumer_crashes(history, consumers: frozenset[str]) -> list[dict]:
     return out
 
 
-def hold_intervals(history, roles: frozenset[str]) -> list[tuple[float, float | None, dict]]:
+def hold_intervals(history: History, roles: frozenset[str]) -> list[tuple[float, float | None, dict[str, Any]]]:
     """(start wall, end wall or None, start event) for every phase that kept all of ``roles`` stopped."""
     out, open_ = [], None
     for e in history.of_type("phase"):
@@ -48,7 +51,7 @@ def hold_intervals(history, roles: frozenset[str]) -> list[tuple[float, float | 
     return out
 
 
-def in_flight_at(trans: list[dict], wall: float) -> dict | None:
+def in_flight_at(trans: list[dict[str, Any]], wall: float) -> dict[str, Any] | None:
     """The →processing transition that was current at ``wall`` (None if the job was not being processed)."""
     current = None
     for t in trans:
@@ -58,12 +61,13 @@ def in_flight_at(trans: list[dict], wall: float) -> dict | None:
     return current if current and current["to"] == "processing" else None
 
 
-def is_lease_recovery(t: dict) -> bool:
+def is_lease_recovery(t: dict[str, Any]) -> bool:
     """After a consumer crash, a job it held can only go back to queued by recovery (never by its dead owner)."""
     return (t.get("from"), t.get("to")) == ("processing", "queued")
 
 
-def others_in_flight(history, final, attachment_ids, target: str, wall: float) -> int:
+def others_in_flight(history: History, final: FinalState, attachment_ids: Iterable[str], target: str,
+                     wall: float) -> int:
     """How many other attachments were queued or processing at ``wall`` (their messages explain queue depth)."""
     count = 0
     for attachment_id in attachment_ids:
@@ -80,7 +84,7 @@ def others_in_flight(history, final, attachment_ids, target: str, wall: float) -
     return count
 
 
-def consumers_running_at(history, consumers: frozenset[str], wall: float) -> list[str]:
+def consumers_running_at(history: History, consumers: frozenset[str], wall: float) -> list[str]:
     """Instances of consumer roles that were running at ``wall``, from the supervisor's start and exit lines."""
     state: dict[str, bool] = {}
     for e in history.of_type("role"):
@@ -91,18 +95,18 @@ def consumers_running_at(history, consumers: frozenset[str], wall: float) -> lis
     return sorted(name for name, up in state.items() if up)
 
 
-def job_ids_of(history, attachment_id: str) -> set[str]:
+def job_ids_of(history: History, attachment_id: str) -> set[str]:
     """The job ids the run saw for an attachment: from the 202 and from the tapped messages."""
-    ids = {e.get("job_id") for e in history.of_type("ok")
-           if e.get("attachment_id") == attachment_id and e.get("job_id")}
+    ids: set[str] = {e["job_id"] for e in history.of_type("ok")
+                     if e.get("attachment_id") == attachment_id and e.get("job_id")}
     for m in history.of_type("message"):
-        body = m.get("body") if isinstance(m.get("body"), dict) else {}
+        body: dict[str, Any] = m["body"] if isinstance(m.get("body"), dict) else {}
         if body.get("attachment_id") == attachment_id and body.get("job_id"):
             ids.add(body["job_id"])
     return ids
 
 
-def deliveries_traced_before(history, wall: float) -> bool:
+def deliveries_traced_before(history: History, wall: float) -> bool:
     """Whether every delivery from the work queue was traced (firehose) from before ``wall`` on: tracing was on
     before it, and no broker restart turned it off after it (trace_gaps)."""
     from .delivery_accounting import trace_gaps
@@ -113,7 +117,7 @@ def deliveries_traced_before(history, wall: float) -> bool:
                for e in history.of_type("observe"))
 
 
-def crashed_attempt(history, job_ids: set[str], crash_line: int):
+def crashed_attempt(history: History, job_ids: set[str], crash_line: int) -> Any:
     """The attempt of the delivery in flight at the crash: the job's last traced delivery before it, else the last
     message of the job the tap saw published before it (None when neither says)."""
     before = [d for d in history.of_type("delivery") if d.get("job_id") in job_ids and d["line"] < crash_line]
@@ -124,7 +128,7 @@ def crashed_attempt(history, job_ids: set[str], crash_line: int):
     return published[-1]["body"].get("attempt") if published else None
 
 
-def same_delivery(item: dict, job_ids: set[str], attachment_id: str, attempt) -> bool:
+def same_delivery(item: dict[str, Any], job_ids: set[str], attachment_id: str, attempt: Any) -> bool:
     """A message or delivery that is the crashed one given back: same job, same attempt, redelivered set."""
     if item.get("job_id") not in job_ids and item.get("attachment_id") != attachment_id:
         return False
@@ -133,7 +137,7 @@ def same_delivery(item: dict, job_ids: set[str], attachment_id: str, attempt) ->
     return item.get("redelivered") is None or bool(item.get("redelivered"))
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     consumers, recovering = consumer_roles(run), recovering_roles(run)
     crashes = consumer_crashes(history, consumers)
     if crashes and missing_timings(run, "lease_seconds"):
@@ -176,7 +180,7 @@ def check(history, final, run) -> Verdict:
                 for q in history.of_type("queue")
                 if crash_wall + stats_lag <= q["wall"] <= deadline and not q.get("dead_letter")
             ]
-            base = dict(attachment_id=attachment_id, events=[crash], crash_wall=crash_wall,
+            base: dict[str, Any] = dict(attachment_id=attachment_id, events=[crash], crash_wall=crash_wall,
                         processing_since=flight["at_text"], attempt=flight["attempt"],
                         deadline_seconds=round(deadline - crash_wall, 2), queue_samples=samples)
             all_peeks = [q for q in history.of_type("queue")
@@ -223,7 +227,7 @@ def check(history, final, run) -> Verdict:
                         **dict(base, events=[crash] + down[:2])))
                 continue
             if peeks:
-                peek_evidence = dict(base, events=[crash] + peeks[:3],
+                peek_evidence: dict[str, Any] = dict(base, events=[crash] + peeks[:3],
                                      peeked=[{"t": q["t"], "jobs": [m.get("job_id") for m in q.get("messages") or []],
                                               "attempts": [m.get("attempt") for m in q.get("messages") or []]}
                                              for q in peeks[:5]])

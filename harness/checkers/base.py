@@ -9,7 +9,14 @@ stored in run.json (scenario, seed, adapter, level). No I/O, no clocks.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterable
+
+from ..history import Event, History
+
+# final.json (the state read from the API and S3 after the drain) and run.json (scenario, seed, adapter, level), as
+# stored: JSON objects whose fields the checkers read with ``.get`` (a missing one is None, never an error).
+FinalState = dict[str, Any]
+RunInfo = dict[str, Any]
 
 VALID, INVALID, UNKNOWN = "valid", "invalid", "unknown"
 # The run was tampered with: something the harness set up (a fault in force) was changed by someone else while
@@ -53,15 +60,16 @@ class Verdict:
     # being exercised.
     proves: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Verdict":
+    def from_dict(cls, data: dict[str, Any]) -> "Verdict":
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-def undecided(name: str, requirements: list[str], reason: str, asked: bool, seed, found=(), *,
+def undecided(name: str, requirements: list[str], reason: str, asked: bool, seed: int | None,
+              found: Iterable[dict[str, Any]] = (), *,
               unknown_prefix: str = "cannot tell", idle_prefix: str = "not exercised") -> Verdict:
     """Nothing to judge: ``unknown`` where the scenario relies on this check (``asked``), else ``valid`` and not
     exercised — a check that had nothing to look at proves nothing, and fails nothing."""
@@ -71,7 +79,8 @@ def undecided(name: str, requirements: list[str], reason: str, asked: bool, seed
                    seed=seed)
 
 
-def not_proven(name: str, requirements: list[str], what: str, why: str, run: dict, found: list[dict]) -> Verdict:
+def not_proven(name: str, requirements: list[str], what: str, why: str, run: RunInfo,
+               found: list[dict[str, Any]]) -> Verdict:
     """``undecided`` for a check the scenario names among its checks, worded "<what> not proven"."""
     return undecided(name, requirements, why, name in ((run.get("scenario") or {}).get("checks") or []),
                      seed_of(run), found, unknown_prefix=f"{what} not proven", idle_prefix="nothing to judge")
@@ -96,26 +105,35 @@ def parse_time(value: Any) -> float | None:
     return epoch(value)
 
 
-def seed_of(run: dict) -> int | None:
-    return run.get("seed")
+def seed_of(run: RunInfo) -> int | None:
+    seed: int | None = run.get("seed")
+    return seed
 
 
-def level_of(run: dict) -> int:
+def level_of(run: RunInfo) -> int:
     return int(run.get("level") or run.get("adapter", {}).get("level") or 3)
 
 
-def timings_of(run: dict) -> dict:
+def timings_of(run: RunInfo) -> dict[str, Any]:
     return dict(run.get("adapter", {}).get("timings", {}))
 
 
-def timing(run: dict, name: str) -> float | None:
+def timing(run: RunInfo, name: str) -> float | None:
     """A timing the adapter declared (or a scenario set), or None: a checker that needs a missing timing says
     unknown, it never falls back to a lenient default."""
     value = timings_of(run).get(name)
     return None if value is None else float(value)
 
 
-def missing_timings(run: dict, *names: str) -> list[str]:
+def declared_timing(run: RunInfo, name: str) -> float:
+    """A timing the caller knows is declared (it asked ``missing_timings`` first); a missing one is a checker bug."""
+    value = timing(run, name)
+    if value is None:
+        raise ValueError(f"timing {name!r} is not declared")
+    return value
+
+
+def missing_timings(run: RunInfo, *names: str) -> list[str]:
     return [n for n in names if timing(run, n) is None]
 
 
@@ -124,31 +142,32 @@ def role_kind(role: str | None) -> str:
     return (role or "").split("#", 1)[0]
 
 
-def consumer_roles(run: dict) -> frozenset[str]:
+def consumer_roles(run: RunInfo) -> frozenset[str]:
     """Roles that consume the work queue, as the adapter's ``consumer`` flags say (never guessed from names)."""
     return frozenset(run.get("adapter", {}).get("consumers") or ())
 
 
-def recovering_roles(run: dict) -> frozenset[str]:
+def recovering_roles(run: RunInfo) -> frozenset[str]:
     """Roles that recover stuck work (lease expiry), as the adapter's ``recovers_work`` flags say."""
     return frozenset(run.get("adapter", {}).get("recovers_work") or ())
 
 
-def has_capability(run: dict, name: str) -> bool:
+def has_capability(run: RunInfo, name: str) -> bool:
     return bool((run.get("adapter", {}).get("capabilities") or {}).get(name, name == "events"))
 
 
-def expiry_code(run: dict) -> str:
-    return (run.get("adapter", {}).get("expiry") or {}).get("error_code") or "expired"
+def expiry_code(run: RunInfo) -> str:
+    code: str = (run.get("adapter", {}).get("expiry") or {}).get("error_code") or "expired"
+    return code
 
 
-def operator_replays(history, attachment_id: str) -> list[dict]:
+def operator_replays(history: History, attachment_id: str | None) -> list[Event]:
     """Replays of this attachment that the harness itself asked for and the implementation accepted (202).
     An operator replay is known from this call, never from the wording of ``actor`` or ``reason``."""
     return [e for e in _of_attachment(history, "ok", attachment_id) if e.get("f") == "replay"]
 
 
-def attempt_after(trans: list[dict], index: int) -> int | None:
+def attempt_after(trans: list[dict[str, Any]], index: int) -> int | None:
     """The attempt number a (re)queue at ``trans[index]`` starts: the one on the transition itself, or — for an
     implementation that counts attempts at claim (CONTRACT §5) — the one on the next claim, whichever is higher."""
     numbers = [trans[index]["attempt"]]
@@ -159,42 +178,43 @@ def attempt_after(trans: list[dict], index: int) -> int | None:
     return max(numbers) if numbers else None
 
 
-def accepted_attachments(history) -> dict[str, dict]:
+def accepted_attachments(history: History) -> dict[str, dict[str, Event]]:
     """attachment_id -> {"invoke": ev, "ok": ev} for every upload answered 202 (first acceptance wins)."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Event]] = {}
     for invoke, ok in history.accepted():
         out.setdefault(ok["attachment_id"], {"invoke": invoke, "ok": ok})
     return out
 
 
-def final_events(final: dict, attachment_id: str) -> list[dict]:
+def final_events(final: FinalState, attachment_id: str | None) -> list[dict[str, Any]]:
     record = final.get("attachments", {}).get(attachment_id) or {}
     return list(record.get("events") or [])
 
 
-def observed_transitions(history, attachment_id: str) -> list[dict]:
+def observed_transitions(history: History, attachment_id: str | None) -> list[Event]:
     return _of_attachment(history, "transition", attachment_id)
 
 
-def _of_attachment(history, type_: str, attachment_id) -> list[dict]:
+def _of_attachment(history: History, type_: str, attachment_id: Any) -> list[Event]:
     """Indexed when the history can (harness.history.History.of_attachment), else a scan (a hand-made history)."""
     if hasattr(history, "of_attachment"):
         return history.of_attachment(type_, attachment_id)
     return [e for e in history.of_type(type_) if e.get("attachment_id") == attachment_id]
 
 
-def served_version(final: dict, attachment_id: str):
+def served_version(final: FinalState, attachment_id: str | None) -> Any:
     """The pipeline_version GET served for the attachment at the final read (None when not read)."""
     record = ((final or {}).get("attachments") or {}).get(attachment_id) or {}
     return (record.get("body") or {}).get("pipeline_version")
 
 
-def of_served_version(events: list[dict], final: dict, attachment_id: str) -> list[dict]:
+def of_served_version(events: list[dict[str, Any]], final: FinalState,
+                      attachment_id: str | None) -> list[dict[str, Any]]:
     """Level 5: the events of several pipeline versions' jobs share one stream (each names its
     ``pipeline_version``); a path is judged per version, so the per-attachment invariants read the version GET
     serves (else the oldest). ``version_isolation`` judges the versions against each other. One version (or
     events that name none): unchanged."""
-    versions = {ev.get("pipeline_version") for ev in events} - {None}
+    versions: set[Any] = {ev.get("pipeline_version") for ev in events} - {None}
     if len(versions) <= 1:
         return events
     keep = served_version(final, attachment_id)
@@ -203,7 +223,7 @@ def of_served_version(events: list[dict], final: dict, attachment_id: str) -> li
     return [ev for ev in events if ev.get("pipeline_version") in (keep, None)]
 
 
-def transitions_of(history, final: dict, attachment_id: str) -> list[dict]:
+def transitions_of(history: History, final: FinalState, attachment_id: str | None) -> list[dict[str, Any]]:
     """The attachment's transitions in commit order: final /events if read, else what the run observed.
 
     Each item: {"seq", "at" (epoch), "from", "to", "attempt", "actor", "reason", "line" (history line or None)}.
@@ -236,11 +256,12 @@ def transitions_of(history, final: dict, attachment_id: str) -> list[dict]:
     return out
 
 
-def faults(history, phase: str | None = None) -> list[dict]:
+def faults(history: History, phase: str | None = None) -> list[Event]:
     return [e for e in history.of_type("fault") if phase is None or e.get("phase") == phase]
 
 
-def evidence(message: str, *, attachment_id=None, job_id=None, events=(), **extra) -> dict:
+def evidence(message: str, *, attachment_id: Any = None, job_id: Any = None, events: Iterable[Event | None] = (),
+             **extra: Any) -> dict[str, Any]:
     """One evidence item: what, which ids, which history lines (with times), plus any extra facts."""
     item: dict[str, Any] = {"message": message}
     if attachment_id:
@@ -257,11 +278,11 @@ def evidence(message: str, *, attachment_id=None, job_id=None, events=(), **extr
     return item
 
 
-def final_read_ok(final: dict) -> bool:
-    return bool(final) and final.get("read_ok", False)
+def final_read_ok(final: FinalState) -> bool:
+    return bool(final) and bool(final.get("read_ok", False))
 
 
-def state_at(trans: list[dict], wall: float) -> str | None:
+def state_at(trans: list[dict[str, Any]], wall: float) -> str | None:
     """The state a job was in at ``wall`` by its transitions (``transitions_of``), None before the first."""
     state = None
     for t in trans:

@@ -33,11 +33,14 @@ deliveries on one consumer, or no failure happened while several were in flight.
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable
+
 import bisect
 
 from . import duplicate_effects
+from ..history import Event, History
 from .base import (INVALID, TERMINAL_STATES, VALID, Verdict, accepted_attachments, evidence,
-                   final_read_ok, role_kind, seed_of, state_at, transitions_of, undecided)
+                   final_read_ok, role_kind, seed_of, state_at, transitions_of, undecided, FinalState, RunInfo)
 
 NAME = "batch_independence"
 REQUIREMENTS = ("BE-JOB-007",)
@@ -51,7 +54,7 @@ def _role_kind(instance: str | None) -> str:
     return (instance or "").split("#", 1)[0]
 
 
-def _intervals(trans: list[dict]) -> list[dict]:
+def _intervals(trans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every stay in ``processing``: {"start", "end" (None: never left), "to" (where it went), "claim", "leave"}."""
     out = []
     for i, t in enumerate(trans):
@@ -63,19 +66,28 @@ def _intervals(trans: list[dict]) -> list[dict]:
     return out
 
 
-def _lines(history, attachment_id: str, *, to: str | None = None) -> list[dict]:
+def _lines(history: History, attachment_id: str, *, to: str | None = None) -> list[dict[str, Any]]:
     return [e for e in history.of_type("transition") if e.get("attachment_id") == attachment_id
             and (to is None or e.get("to") == to)]
 
 
-def _consumer_instances(history, run: dict, consumers: frozenset[str]) -> int:
+def _consumer_instances(history: History, run: dict[str, Any], consumers: frozenset[str]) -> int:
     """How many consumer instances the run had: as configured, or as started (extra instances), whichever is more."""
     counts = {**(run.get("adapter", {}).get("roles") or {}), **((run.get("scenario") or {}).get("roles") or {})}
     started = {e.get("role") for e in history.of_type("role") if _role_kind(e.get("role")) in consumers}
     return max(sum(int(counts.get(role, 1)) for role in consumers), len(started))
 
 
-def _failures(history, accepted, trans_of, consumers) -> list[dict]:
+# The shapes passed between the steps below: the accepted uploads (base.accepted_attachments), the memoised
+# transitions of one attachment (base.transitions_of), one failure (a poison item's stay or a consumer crash).
+Accepted = dict[str, dict[str, Event]]
+TransOf = Callable[[str | None], list[dict[str, Any]]]
+Failure = dict[str, Any]
+# (start, (order of the attachment, number of the stay), attachment id, the stay)
+StayEntry = tuple[float, tuple[int, int], str, dict[str, Any]]
+
+
+def _failures(history: History, accepted: Accepted, trans_of: TransOf, consumers: frozenset[str]) -> list[Failure]:
     """Poison items leaving processing (each stay is one failure) and consumer crashes, in time order."""
     out = []
     for attachment_id, acc in accepted.items():
@@ -98,9 +110,10 @@ class _Stays:
     range query, not a pass over every attachment per failure (a long soak has thousands of both). Results come in
     the order of ``accepted``, then of the stays, as a scan would give them."""
 
-    def __init__(self, accepted, trans_of):
+    def __init__(self, accepted: Accepted, trans_of: TransOf) -> None:
         self.order = {attachment_id: i for i, attachment_id in enumerate(accepted)}
-        closed, self.open = [], []
+        closed: list[StayEntry] = []
+        self.open: list[StayEntry] = []
         for attachment_id in accepted:
             for n, stay in enumerate(_intervals(trans_of(attachment_id))):
                 (self.open if stay["end"] is None else closed).append((stay["start"], (self.order[attachment_id], n),
@@ -111,17 +124,18 @@ class _Stays:
         self.ends = [x[3]["end"] for x in self.by_end]
         self.longest = max((x[3]["end"] - x[0] for x in closed), default=0.0)
 
-    def started_by(self, a: float, b: float) -> list[tuple]:
+    def started_by(self, a: float, b: float) -> list[StayEntry]:
         """Stays that may overlap [a, b]: started by ``b`` and not ended before ``a - longest``, and every open one."""
         lo, hi = bisect.bisect_left(self.starts, a - self.longest), bisect.bisect_right(self.starts, b)
         return sorted(self.by_start[lo:hi] + self.open, key=lambda x: x[1])
 
-    def ended_within(self, a: float, b: float) -> list[tuple]:
+    def ended_within(self, a: float, b: float) -> list[StayEntry]:
         lo, hi = bisect.bisect_left(self.ends, a), bisect.bisect_right(self.ends, b)
         return sorted(self.by_end[lo:hi], key=lambda x: x[1])
 
 
-def _members(failure, accepted, trans_of, stays: _Stays | None = None) -> tuple[list[dict], list[dict]]:
+def _members(failure: Failure, accepted: Accepted, trans_of: TransOf,
+             stays: _Stays | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(in flight with the failure, committed ready while in flight together with them), each
     {"attachment_id", "stay"}; the failing poison item itself is the first of the first list."""
     stays = stays or _Stays(accepted, trans_of)
@@ -150,14 +164,15 @@ def _members(failure, accepted, trans_of, stays: _Stays | None = None) -> tuple[
     return in_flight, committed
 
 
-def _looks_while_down(failure, peeks, starts) -> list[dict]:
+def _looks_while_down(failure: Failure, peeks: list[Event], starts: list[Event]) -> list[dict[str, Any]]:
     """The looks into the work queue between a crash and the crashed instance's restart."""
     restart = next((e["wall"] for e in starts if e.get("role") == failure["instance"] and e["wall"] > failure["start"]),
                    None)
     return [q for q in peeks if failure["start"] <= q["wall"] and (restart is None or q["wall"] <= restart)]
 
 
-def _returned_by_trace(history, failure, looked: list[dict], starts) -> list[dict]:
+def _returned_by_trace(history: History, failure: Failure, looked: list[dict[str, Any]],
+                       starts: list[Event]) -> list[dict[str, Any]]:
     """Looks that counted the queue without listing it (an exact ready count: nothing consumed) say which messages
     came back from the firehose trace instead: the deliveries the broker handed out again (``redelivered`` set)
     after the crash, until the next event that could return deliveries (a consumer instance exiting, a fault
@@ -189,7 +204,8 @@ def _returned_by_trace(history, failure, looked: list[dict], starts) -> list[dic
     return [{**looked[0], "kind": "traced_redeliveries", "messages": messages}]
 
 
-def _committed_unacked(failure, returned, members, trans_of, starts) -> list[dict]:
+def _committed_unacked(failure: Failure, returned: list[dict[str, Any]], members: list[dict[str, Any]],
+                       trans_of: TransOf, starts: list[Event]) -> list[dict[str, Any]]:
     """Returned deliveries whose job had committed before the crash: in flight on the consumer all the same, since
     the broker gave them back (committed, never acknowledged — the very window). With several workers of one
     process committing together, every item of the batch may have left ``processing`` by the time the crash
@@ -209,13 +225,13 @@ def _committed_unacked(failure, returned, members, trans_of, starts) -> list[dic
     return out
 
 
-def _started_at(failure, starts) -> float | None:
+def _started_at(failure: Failure, starts: list[Event]) -> float | None:
     """When the crashed instance was last started before the crash: what it claimed earlier, it does not hold."""
     return max((e["wall"] for e in starts if e.get("role") == failure["instance"] and e["wall"] < failure["start"]),
                default=None)
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     seed = seed_of(run)
     scenario = run.get("scenario") or {}
     options = (scenario.get("check_options") or {}).get(NAME) or {}
@@ -224,7 +240,7 @@ def check(history, final, run) -> Verdict:
     asked = NAME in (scenario.get("checks") or []) or "BE-JOB-007" in (scenario.get("requirements") or [])
     requirements = list(REQUIREMENTS)
 
-    def not_judged(reason: str, facts=()) -> Verdict:
+    def not_judged(reason: str, facts: Iterable[dict[str, Any]] = ()) -> Verdict:
         return undecided(NAME, requirements, reason, asked, seed, facts)
 
     if not final_read_ok(final):
@@ -234,9 +250,9 @@ def check(history, final, run) -> Verdict:
     multi = [e for e in samples if int(e.get("unacked") or 0) >= 2]
     one_at_a_time = max((int(e.get("consumers") or 0) for e in history.of_type("consumer")), default=0) <= 1
     accepted = accepted_attachments(history)
-    cache: dict[str, list[dict]] = {}
+    cache: dict[str | None, list[dict[str, Any]]] = {}
 
-    def trans_of(attachment_id: str) -> list[dict]:
+    def trans_of(attachment_id: str | None) -> list[dict[str, Any]]:
         if attachment_id not in cache:
             cache[attachment_id] = transitions_of(history, final, attachment_id)
         return cache[attachment_id]
@@ -244,7 +260,7 @@ def check(history, final, run) -> Verdict:
     kinds = {a: acc["invoke"].get("kind") for a, acc in accepted.items()}
     records = final.get("attachments", {})
     expiry = (run.get("adapter", {}).get("expiry") or {}).get("error_code") or "expired"
-    duplicates: dict[str, list[dict]] = {}
+    duplicates: dict[str, list[dict[str, Any]]] = {}
     for item in duplicate_effects.check(history, final, run).evidence:
         if item.get("attachment_id"):
             duplicates.setdefault(item["attachment_id"], []).append(item)
@@ -254,7 +270,8 @@ def check(history, final, run) -> Verdict:
     reported: set[tuple[str, str]] = set()
     returned_most = 0
 
-    batches, skipped, problems = [], [], []
+    batches, skipped = [], []
+    problems: list[dict[str, Any]] = []
     stays = _Stays(accepted, trans_of)
     for failure in _failures(history, accepted, trans_of, consumers):
         in_flight, committed = _members(failure, accepted, trans_of, stays)
@@ -301,7 +318,7 @@ def check(history, final, run) -> Verdict:
                               "nothing showed 2 or more deliveries on one consumer"))
             continue
         ids = list(dict.fromkeys(m["attachment_id"] for m in in_flight + committed))
-        base = dict(failure=failure["kind"], batch=ids, **proof)
+        base: dict[str, Any] = dict(failure=failure["kind"], batch=ids, **proof)
         fault_events = [failure["fault"]] if failure["kind"] == "crash" else _lines(history, failure["attachment_id"])[:3]
         found_before = len(problems)
 
@@ -399,7 +416,7 @@ def check(history, final, run) -> Verdict:
                       [evidence("multi-delivery samples", events=multi[:1] + multi[-1:], samples=len(multi))])
 
 
-def _position(op: str | None, run: dict) -> str:
+def _position(op: str | None, run: dict[str, Any]) -> str:
     """`` (first of 20 in upload order)`` — where the planned workload put this upload."""
     ops = [o.get("op") for o in run.get("workload") or []]
     if op not in ops:
@@ -409,7 +426,7 @@ def _position(op: str | None, run: dict) -> str:
     return f" ({name} of {total} in upload order)"
 
 
-def _fmt(wall: float, history) -> str:
+def _fmt(wall: float, history: History) -> str:
     """A wall time as the run's relative t (seconds), for readable summaries."""
     events = history.events
     if not events:

@@ -14,7 +14,8 @@ harness cannot tell a bound from a large number (unknown).
 from __future__ import annotations
 
 from ..prefetch import ChannelSample, channel_bound, evaluate
-from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, seed_of
+from ..history import History
+from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, seed_of, FinalState, RunInfo
 
 NAME = "bounded_concurrency"
 REQUIREMENTS = ["BE-JOB-004"]
@@ -23,7 +24,7 @@ REQUIREMENTS = ["BE-JOB-004"]
 MIN_TICKS = 5
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     scenario = run.get("scenario") or {}
     options = (scenario.get("check_options") or {}).get(NAME) or {}
     limit = (run.get("adapter", {}).get("limits") or {}).get("prefetch")
@@ -49,9 +50,9 @@ def check(history, final, run) -> Verdict:
                    f"prefetch {s.prefetch} / unacked {s.unacked} above the declared limit {limit}{shared}")
             problems.append(evidence(f"consumer {s.consumer}: {why}", events=[e], consumer_tag=s.consumer,
                                      channel=s.channel, prefetch=s.prefetch, unacked=s.unacked, limit=limit))
-        consumers = sorted({s.consumer for s in verdict.violations})
+        over = sorted({s.consumer for s in verdict.violations})
         return Verdict(NAME, INVALID, REQUIREMENTS,
-                       f"{len(verdict.violations)} samples over the bound on consumers {', '.join(consumers)}",
+                       f"{len(verdict.violations)} samples over the bound on consumers {', '.join(over)}",
                        evidence=problems, seed=seed_of(run))
     busy_ticks = {e.get("tick") for e in lines if (e.get("unacked") or 0) > 0}
     ticks = {e.get("tick") for e in lines}
@@ -68,7 +69,7 @@ def check(history, final, run) -> Verdict:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "the adapter declares no prefetch ([limits] prefetch): a "
                        f"finite prefetch cannot be told from one too large to bound anything; {summary}",
                        evidence=facts, seed=seed_of(run))
-    per_tick: dict = {}
+    per_tick: dict[int | None, set[str]] = {}
     for s in samples.values():
         per_tick.setdefault(s.tick, set()).add(s.consumer)
     consumers = max((len(c) for c in per_tick.values()), default=0)
@@ -83,7 +84,7 @@ def check(history, final, run) -> Verdict:
                    seed=seed_of(run))
 
 
-def backlog_of(history) -> int:
+def backlog_of(history: History) -> int:
     """What waited for the consumers when they were released (the ``hold_end`` of the step that started the
     sampling, else the whole run): the uploads accepted (202) by then, or the messages the tap saw reach the work
     queue by then, whichever is more."""

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..history import History
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok, missing_timings,
-                   operator_replays, seed_of, timing, transitions_of)
+                   operator_replays, seed_of, timing, transitions_of, FinalState, RunInfo, declared_timing)
 
 NAME = "bounded_retries"
 REQUIREMENTS = ["BE-JOB-003"]
@@ -21,14 +22,14 @@ TIMINGS = ("max_attempts",)
 TIMINGS_IN_EVERY_SCENARIO = True  # runs, and needs its timing, in every scenario
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     if not final_read_ok(final):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", seed=seed_of(run))
     lacking = missing_timings(run, "max_attempts")
     if lacking:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "the adapter declares no max_attempts: the retry bound cannot be "
                        "checked", seed=seed_of(run))
-    max_attempts = int(timing(run, "max_attempts"))
+    max_attempts = int(declared_timing(run, "max_attempts"))
     problems, retry_delays = [], []
     accepted = accepted_attachments(history)
     faults = len([e for e in history.of_type("fault") if e.get("phase") in ("start", "hit")])

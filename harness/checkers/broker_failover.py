@@ -20,7 +20,10 @@ lost node held.
 
 from __future__ import annotations
 
-from .base import INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, not_proven, seed_of
+from typing import Any
+
+from ..history import History
+from .base import INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, not_proven, seed_of, FinalState, RunInfo
 
 NAME = "broker_failover"
 REQUIREMENTS: list[str] = []
@@ -29,7 +32,7 @@ GRACE = 3.0  # seconds a role had to reconnect elsewhere, at the end of an outag
 SLACK = 0.5  # the tap's lag between a publish and its history line
 
 
-def outages(history) -> list[tuple[dict, dict | None]]:
+def outages(history: History) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(start, end or None) of every broker node lost in the run."""
     out, open_ = [], {}
     for e in history.of_type("fault"):
@@ -43,17 +46,17 @@ def outages(history) -> list[tuple[dict, dict | None]]:
     return out + [(s, None) for s in open_.values()]
 
 
-def first_tapped(history) -> dict[str, float]:
+def first_tapped(history: History) -> dict[str, float]:
     """attachment_id -> wall of the first job message the tap saw for it."""
     seen: dict[str, float] = {}
     for m in history.of_type("message"):
-        body = m.get("body") if isinstance(m.get("body"), dict) else {}
+        body: dict[str, Any] = m["body"] if isinstance(m.get("body"), dict) else {}
         if body.get("attachment_id") and str(body["attachment_id"]) not in seen:
             seen[str(body["attachment_id"])] = m["wall"]
     return seen
 
 
-def judge(start: dict, looks: list[dict], accepted: dict[str, float], tapped: dict[str, float]) -> tuple[str, dict]:
+def judge(start: dict[str, Any], looks: list[dict[str, Any]], accepted: dict[str, float], tapped: dict[str, float]) -> tuple[str, dict[str, Any]]:
     node = start.get("node")
     before = start.get("connections")
     held = None if before is None else int(before.get(node, 0))
@@ -91,7 +94,7 @@ def judge(start: dict, looks: list[dict], accepted: dict[str, float], tapped: di
     return VALID, facts
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     lost = outages(history)
     if not lost:
         return not_proven(NAME, REQUIREMENTS, "broker failover", "no broker node was lost in this run", run, [])

@@ -30,10 +30,13 @@ drops ``LD_PRELOAD``) the check is ``unknown`` with the role and the reason.
 
 from __future__ import annotations
 
+from typing import Any
+
 from datetime import datetime, timezone
 
+from ..history import History
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, expiry_code,
-                   final_read_ok, not_proven, parse_time, role_kind, seed_of, timings_of)
+                   final_read_ok, not_proven, parse_time, role_kind, seed_of, timings_of, FinalState, RunInfo)
 from .expiry import SPAWN_SLACK_SECONDS, consumer_holds, expired_in_time, first_invoke, objects, results
 
 NAME = "clock_agreement"
@@ -54,24 +57,26 @@ def utc_offset_hours(zone: str | None) -> float | None:
     try:
         from zoneinfo import ZoneInfo
 
-        return ZoneInfo(zone).utcoffset(datetime.now(timezone.utc).replace(tzinfo=None)).total_seconds() / 3600
+        offset = ZoneInfo(zone).utcoffset(datetime.now(timezone.utc).replace(tzinfo=None))
+        return None if offset is None else offset.total_seconds() / 3600
     except Exception:
         return None
 
 
-def stamped_offset(history, role_kinds: frozenset[str]) -> dict | None:
+def stamped_offset(history: History, role_kinds: frozenset[str]) -> dict[str, Any] | None:
     """What the claim events (``→ processing``) show of the clock that stamped them, when one consumer role makes
     every claim: the largest A − W (A the event's ``at``, W the harness's first sight of it: a lower bound of how far
     ahead that clock runs) and the smallest A − U (U the harness's first try of the upload: an upper bound, below 0
     for a clock behind), with the events that show them."""
     if len(role_kinds) != 1:
         return None
-    sent: dict[str, float] = {}
+    sent: dict[Any, float] = {}
     for e in history.of_type("ok"):
         if e.get("f") == "upload" and e.get("attachment_id"):
             invoke = next((i for i in history.of_type("invoke") if i.get("op") == e.get("op")), None)
             sent.setdefault(e["attachment_id"], (invoke or e)["wall"])
-    ahead = behind = None
+    ahead: dict[str, Any] | None = None
+    behind: dict[str, Any] | None = None
     for e in history.of_type("transition"):
         at = parse_time(e.get("at_server"))
         if e.get("to") != "processing" or at is None:
@@ -86,13 +91,13 @@ def stamped_offset(history, role_kinds: frozenset[str]) -> dict | None:
     return {"role": next(iter(role_kinds)), "ahead_at_least": ahead, "behind_at_least": behind}
 
 
-def clocks(history, run) -> list[dict]:
+def clocks(history: History, run: RunInfo) -> list[dict[str, Any]]:
     """Per role instance that got a clock of its own: its side, the offset in effect (0 where not shown) and TZ. An
     offset not seen in a Date header counts when the claim events the role stamped show it (``stamped``: the bound
     they prove, never more than asked)."""
     consumers = consumer_roles(run)
     stamps = stamped_offset(history, consumers)
-    out: dict[str, dict] = {}
+    out: dict[Any, dict[str, Any]] = {}
     for e in history.of_type("observe"):
         if e.get("source") not in ("clock_skew", "clock_tz"):
             continue
@@ -126,7 +131,7 @@ def clocks(history, run) -> list[dict]:
     return list(out.values())
 
 
-def difference(items: list[dict], ttl: float | None) -> dict:
+def difference(items: list[dict[str, Any]], ttl: float | None) -> dict[str, Any]:
     """What clock difference reached a producer and a consumer: offsets (seconds) and UTC offsets (hours)."""
     producers = [c for c in items if c["side"] == "producer"]
     consumers = [c for c in items if c["side"] == "consumer"]
@@ -142,7 +147,7 @@ def difference(items: list[dict], ttl: float | None) -> dict:
                                           and float(c.get("offset_requested") or 0)})}
 
 
-def consumer_pauses(history, run) -> list[tuple[dict, dict]]:
+def consumer_pauses(history: History, run: RunInfo) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(sigstop, sigcont) line pairs during which every instance of every consumer role was paused (SIGSTOP): like a
     hold, nothing consumed meanwhile, and the consumers resume at once, warm (no start-up to wait for)."""
     consumers = consumer_roles(run)
@@ -158,7 +163,7 @@ def consumer_pauses(history, run) -> list[tuple[dict, dict]]:
     return [(start, end)] if end is not None else []
 
 
-def back_at(history, end: dict, slack: float) -> float | None:
+def back_at(history: History, end: dict[str, Any], slack: float) -> float | None:
     """An upper bound of the first claim after the release: when the harness first saw one (its own clock), or the
     claim's own event time plus ``slack`` (the largest clock offset in effect: a stamp from a skewed role is never
     off by more), whichever is earlier."""
@@ -169,13 +174,13 @@ def back_at(history, end: dict, slack: float) -> float | None:
     return min(seen + stamped, default=None)
 
 
-def expiry_seen(history, attachment_id: str, code: str) -> dict | None:
+def expiry_seen(history: History, attachment_id: str, code: str) -> dict[str, Any] | None:
     """The first history line showing the attachment failed with the expiry error_code (harness clock)."""
     return next((e for e in history.of_type("state") if e.get("attachment_id") == attachment_id
                  and e.get("state") == "failed" and e.get("error_code") == code), None)
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     declared = NAME in ((run.get("scenario") or {}).get("checks") or [])
     items = clocks(history, run)
     if not items:
@@ -186,9 +191,9 @@ def check(history, final, run) -> Verdict:
                        seed=seed_of(run))
     if not final_read_ok(final):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", seed=seed_of(run))
-    ttl = timings_of(run).get("job_ttl_seconds")
+    ttl: Any = timings_of(run).get("job_ttl_seconds")
     code = expiry_code(run)
-    gap = difference(items, ttl)
+    gap: dict[str, Any] = difference(items, ttl)
     facts = evidence("clocks per role instance", clocks=items, **gap)
     if gap["offset_not_applied"]:  # the scenario's clock offset is a fault that did not (visibly) happen
         facts["fault"] = {"kind": "clock_skew", "not_shown": gap["offset_not_applied"]}
@@ -201,7 +206,7 @@ def check(history, final, run) -> Verdict:
             continue
         first = first_invoke(history, acc["invoke"])
         body = (records.get(attachment_id) or {}).get("body") or {}
-        base = dict(attachment_id=attachment_id, job_id=acc["ok"].get("job_id"), final_state=body.get("state"),
+        base: dict[str, Any] = dict(attachment_id=attachment_id, job_id=acc["ok"].get("job_id"), final_state=body.get("state"),
                     error_code=body.get("error_code"), ttl_seconds=ttl)
         seen = expiry_seen(history, attachment_id, code)
         if ttl is not None and seen is not None and seen["wall"] < first["wall"] + float(ttl) - EARLY_SLACK_SECONDS:

@@ -19,7 +19,10 @@ declares this check). The evidence names the republish fault (its history line) 
 
 from __future__ import annotations
 
+from typing import Any
+
 from .ack_after_commit import consumers_running_at
+from ..history import History
 from .base import (
     VALID,
     Verdict,
@@ -28,6 +31,8 @@ from .base import (
     not_proven,
     seed_of,
     transitions_of,
+    FinalState,
+    RunInfo,
 )
 
 NAME = "copies_raced"
@@ -35,19 +40,19 @@ REQUIREMENTS = ["BE-JOB-002", "BE-JOB-004"]
 PROVES = ("raced",)
 
 
-def _attachment_of(history) -> dict[str, str]:
-    out = {}
+def _attachment_of(history: History) -> dict[str, str]:
+    out: dict[str, str] = {}
     for e in history.of_type("ok"):
         if e.get("job_id") and e.get("attachment_id"):
             out.setdefault(e["job_id"], e["attachment_id"])
     for m in history.of_type("message"):
-        body = m.get("body") if isinstance(m.get("body"), dict) else {}
+        body: dict[str, Any] = m["body"] if isinstance(m.get("body"), dict) else {}
         if body.get("job_id") and body.get("attachment_id"):
             out.setdefault(body["job_id"], body["attachment_id"])
     return out
 
 
-def _republish_that_never_happened(history, run) -> list[dict]:
+def _republish_that_never_happened(history: History, run: RunInfo) -> list[dict[str, Any]]:
     """Evidence naming each scheduled republish fault (its index) that copied no job, with what the run noted about
     it (a trigger that never came, a consumer count that never reached the one asked for)."""
     steps = [i for i, f in enumerate(((run or {}).get("scenario") or {}).get("faults") or [])
@@ -64,7 +69,7 @@ def _republish_that_never_happened(history, run) -> list[dict]:
     return out
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     consumers = consumer_roles(run)
     starts = [e for e in history.of_type("fault") if e.get("action") == "republish" and e.get("phase") == "start"
               and e.get("jobs")]
@@ -85,7 +90,7 @@ def check(history, final, run) -> Verdict:
             attachment_id = attachment_of.get(job_id)
             trans = transitions_of(history, final or {}, attachment_id) if attachment_id else []
             terminal = next((t for t in trans if t["to"] in ("ready", "failed") and t["at"] is not None), None)
-            base = {"job_id": job_id, "attachment_id": attachment_id, "events": [start, end],
+            base: dict[str, Any] = {"job_id": job_id, "attachment_id": attachment_id, "events": [start, end],
                     "fault": start.get("line"), "copies": start.get("copies"), "consumers_running": running,
                     "terminal_at": terminal["at_text"] if terminal else None}
             if terminal is None:

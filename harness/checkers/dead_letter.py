@@ -21,9 +21,12 @@ the contract's replay is per attachment, and an injected message has none.
 
 from __future__ import annotations
 
+from typing import Any
+
 import base64
 
-from .base import INVALID, UNKNOWN, VALID, Verdict, consumer_roles, evidence, role_kind, seed_of, timing
+from ..history import History
+from .base import INVALID, UNKNOWN, VALID, Verdict, consumer_roles, evidence, role_kind, seed_of, timing, FinalState, RunInfo
 from .role_stability import fault_intervals
 
 NAME = "dead_letter"
@@ -32,12 +35,12 @@ TIMINGS = ("max_attempts",)
 PEEK_LIMIT = 50  # the final read peeks this many dead letters at most (harness/final_state.py)
 
 
-def injections(history) -> list[dict]:
+def injections(history: History) -> list[dict[str, Any]]:
     """Every message the harness injected into the work queue (fault ``inject``, one line per message)."""
     return [e for e in history.of_type("fault") if e.get("action") == "inject" and e.get("phase") == "publish"]
 
 
-def injected_as(message: dict, injected: list[dict]) -> dict | None:
+def injected_as(message: dict[str, Any], injected: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The injection a tapped ``message`` line is (by its message_id or its body), or None."""
     message_id = (message.get("properties") or {}).get("message_id")
     for inj in injected:
@@ -50,7 +53,7 @@ def injected_as(message: dict, injected: list[dict]) -> dict | None:
     return None
 
 
-def _text(item: dict) -> str:
+def _text(item: dict[str, Any]) -> str:
     payload = item.get("payload")
     if not isinstance(payload, str):
         return ""
@@ -62,7 +65,7 @@ def _text(item: dict) -> str:
     return payload
 
 
-def same_message(item: dict, inj: dict) -> bool:
+def same_message(item: dict[str, Any], inj: dict[str, Any]) -> bool:
     """A delivery line or a dead letter is this injected message: the same bytes, its message_id, or (a dead letter
     wrapped in an envelope of the implementation's own) its marker or job_id inside."""
     if item.get("sha256") and item.get("sha256") == inj.get("sha256"):
@@ -73,7 +76,7 @@ def same_message(item: dict, inj: dict) -> bool:
     return bool(text) and any(m and m in text for m in (inj.get("marker"), inj.get("job_id")))
 
 
-def consumer_crashes(history, run, since: float) -> list[dict]:
+def consumer_crashes(history: History, run: RunInfo, since: float) -> list[dict[str, Any]]:
     """Consumer exits after ``since`` (wall) that neither the harness nor an armed failpoint caused."""
     consumers = consumer_roles(run)
     grace = max(10.0, 2 * (timing(run, "lease_seconds") or 5.0))
@@ -92,7 +95,7 @@ def consumer_crashes(history, run, since: float) -> list[dict]:
     return out
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     seed = seed_of(run)
     injected = injections(history)
     if not injected:
@@ -121,7 +124,7 @@ def check(history, final, run) -> Verdict:
                      redelivered=sum(1 for d in got if d.get("redelivered")) if traced else None,
                      delivered_t=[d["t"] for d in got][:8] or None,
                      tapped=sum(1 for m in tapped if injected_as(m, [inj]) is not None))
-        base = dict(job_id=inj.get("job_id"), events=[inj] + got[:2] + got[2:][-1:], **facts)
+        base: dict[str, Any] = dict(job_id=inj.get("job_id"), events=[inj] + got[:2] + got[2:][-1:], **facts)
         if bound is None:
             unknowns.append(evidence("the adapter declares no max_attempts: deliveries cannot be bounded", **base))
             continue

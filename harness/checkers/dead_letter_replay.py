@@ -22,17 +22,20 @@ when, why) — its answers are kept in the evidence. An adapter without ``dlq_re
 
 from __future__ import annotations
 
-from .base import INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, evidence, final_read_ok, seed_of, transitions_of
+from typing import Any, Iterable
+
+from ..history import History
+from .base import INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, evidence, final_read_ok, seed_of, transitions_of, FinalState, RunInfo
 from .dead_letter import PEEK_LIMIT, injections, same_message
 
 NAME = "dead_letter_replay"
 REQUIREMENTS = ["BE-JOB-003"]
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     seed = seed_of(run)
 
-    def verdict(status, summary, found=(), exercised=False):
+    def verdict(status: str, summary: str, found: Iterable[dict[str, Any]] = (), exercised: bool = False) -> Verdict:
         return Verdict(NAME, status, REQUIREMENTS, summary, exercised=exercised, evidence=list(found), seed=seed)
 
     steps = [e for e in history.of_type("fault") if e.get("action") == "dlq_replay"]
@@ -40,7 +43,7 @@ def check(history, final, run) -> Verdict:
     if not steps:
         return verdict(VALID, "no dead-letter replay in this run")
     if not moves:
-        why = next((e.get("why") for e in steps if e.get("phase") == "skip"), "no message was dead-lettered")
+        why = str(next((e.get("why") for e in steps if e.get("phase") == "skip"), "no message was dead-lettered"))
         return verdict(UNKNOWN, f"dead-letter replay not exercised: {why}", [evidence(why, events=steps[:3])])
     move = moves[0]
     if not move.get("routed"):
@@ -58,7 +61,7 @@ def check(history, final, run) -> Verdict:
                                 "for (something else finished it): what a replay revives was not exercised",
                        [evidence("finished before the replay", events=[move, asked])])
     attachment_id, job_id = move.get("attachment_id"), move.get("job_id")
-    base = dict(attachment_id=attachment_id, job_id=job_id)
+    base: dict[str, Any] = dict(attachment_id=attachment_id, job_id=job_id)
     problems, proven, unknowns = [], [], []
     first = calls[0]
     if first.get("unauthenticated_status") not in (401, 403):

@@ -21,8 +21,11 @@ Two facts read from the broker itself, whatever the topology:
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..history import History
 from .base import (INVALID, UNKNOWN, VALID, Verdict, consumer_roles, evidence, not_proven, role_kind, seed_of,
-                   timing)
+                   timing, FinalState, RunInfo)
 
 NAME = "delivery_accounting"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
@@ -34,11 +37,11 @@ RETURNING_FAULTS = frozenset({"toxic", "restart_service", "sigkill", "sigstop", 
                               "partition_broker_node"})
 
 
-def deliveries_traced(history) -> bool:
+def deliveries_traced(history: History) -> bool:
     return any(e.get("source") == "firehose" and e.get("deliveries") for e in history.of_type("observe"))
 
 
-def trace_gaps(history) -> list[tuple[float, float | None]]:
+def trace_gaps(history: History) -> list[tuple[float, float | None]]:
     """(start wall, end wall or None) of each stretch the firehose was off: a broker restart turns it off until the
     tap turns it on again (its ``tracing_restored`` line). Deliveries in a gap were not traced."""
     gaps = []
@@ -51,13 +54,13 @@ def trace_gaps(history) -> list[tuple[float, float | None]]:
     return gaps
 
 
-def key_of(item: dict) -> tuple:
+def key_of(item: dict[str, Any]) -> tuple[Any, ...]:
     if item.get("job_id"):
         return ("job", str(item["job_id"]), item.get("attempt"))
     return ("bytes", item.get("sha256"), None)
 
 
-def returning_events(history, consumers: frozenset[str]) -> list[dict]:
+def returning_events(history: History, consumers: frozenset[str]) -> list[dict[str, Any]]:
     """Events of the run that may return unacked deliveries: consumer exits, broker or network faults."""
     out = [e for e in history.of_type("role") if e.get("action") == "exit" and role_kind(e.get("role")) in consumers]
     out += [e for e in history.of_type("fault")
@@ -65,21 +68,21 @@ def returning_events(history, consumers: frozenset[str]) -> list[dict]:
     return out
 
 
-def published_per_key(history) -> dict[tuple, int]:
+def published_per_key(history: History) -> dict[tuple[Any, ...], int]:
     """How many messages the tap saw published per (job_id, attempt): each may be handed out on its own."""
-    counts: dict[tuple, int] = {}
+    counts: dict[tuple[Any, ...], int] = {}
     for m in history.of_type("message"):
-        body = m.get("body") if isinstance(m.get("body"), dict) else {}
+        body: dict[str, Any] = m["body"] if isinstance(m.get("body"), dict) else {}
         if body.get("job_id"):
             k = ("job", str(body["job_id"]), body.get("attempt"))
             counts[k] = counts.get(k, 0) + 1
     return counts
 
 
-def requeue_loops(history, run) -> tuple[list[dict], list[dict], dict]:
+def requeue_loops(history: History, run: RunInfo) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
     """(problems, unknowns, facts) of the per-message delivery count."""
     deliveries = history.of_type("delivery")
-    by_key: dict[tuple, list[dict]] = {}
+    by_key: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for d in deliveries:
         by_key.setdefault(key_of(d), []).append(d)
     returning = returning_events(history, consumer_roles(run))
@@ -114,13 +117,13 @@ def requeue_loops(history, run) -> tuple[list[dict], list[dict], dict]:
     return problems, unknowns, facts
 
 
-def left_after_stop(history) -> tuple[list[dict], list[dict], list[dict]]:
+def left_after_stop(history: History) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """(problems, unknowns, proven) of the count taken once every consumer instance was stopped."""
     samples = [q for q in history.of_type("queue") if q.get("kind") == AFTER_STOP]
     if not samples:
         return [], [], []
     last = samples[-1]
-    facts = dict(events=[last], ready=last.get("ready"), consumers=last.get("consumers"),
+    facts: dict[str, Any] = dict(events=[last], ready=last.get("ready"), consumers=last.get("consumers"),
                  stopped=last.get("stopped"), settle=last.get("settle"), left=last.get("messages"))
     if last.get("ready") is None:
         return [], [evidence("the work queue could not be counted after the consumers stopped", **facts)], []
@@ -134,10 +137,10 @@ def left_after_stop(history) -> tuple[list[dict], list[dict], list[dict]]:
     return [], [], [evidence("the work queue was empty once every consumer instance was stopped", **facts)]
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     problems, unknowns, proven = [], [], []
     traced = deliveries_traced(history)
-    facts = {}
+    facts: dict[str, Any] = {}
     if traced:
         loops, loop_unknowns, facts = requeue_loops(history, run)
         problems += loops

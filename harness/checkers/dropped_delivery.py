@@ -41,7 +41,10 @@ never handed out again, so a lease recovery or the lost-message safety net did t
 
 from __future__ import annotations
 
-from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, seed_of, timing, transitions_of
+from typing import Any
+
+from ..history import History
+from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, seed_of, timing, transitions_of, FinalState, RunInfo
 
 NAME = "dropped_delivery"
 REQUIREMENTS = ["BE-JOB-001"]
@@ -56,7 +59,7 @@ TAP_LAG_SECONDS = 2.0
 SLACK_SECONDS = 0.5
 
 
-def dependency_windows(history, grace: float) -> list[tuple[float, float, dict]]:
+def dependency_windows(history: History, grace: float) -> list[tuple[float, float, dict[str, Any]]]:
     """(start wall, end wall + grace, start line) of each fault that made the database or the object store fail."""
     out = []
     for e in history.of_type("fault"):
@@ -73,13 +76,13 @@ def dependency_windows(history, grace: float) -> list[tuple[float, float, dict]]
     return out
 
 
-def _key(d: dict) -> tuple | None:
+def _key(d: dict[str, Any]) -> tuple[Any, ...] | None:
     if not d.get("job_id") or d.get("attempt") is None or not d.get("attachment_id"):
         return None
     return str(d["job_id"]), d["attempt"]
 
 
-def held_at(trans: list[dict], d: dict, x_wall: float) -> bool:
+def held_at(trans: list[dict[str, Any]], d: dict[str, Any], x_wall: float) -> bool:
     """Whether a correct consumer must still hold delivery ``d`` (its job's only one at its attempt) at ``x_wall``."""
     if not trans or any(t["at"] is None for t in trans):
         return False
@@ -97,7 +100,7 @@ def held_at(trans: list[dict], d: dict, x_wall: float) -> bool:
     return True
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
     seed = seed_of(run)
     # How long after a fault its deliveries are still judged (a grace only: the count is sound at any instant).
@@ -125,14 +128,14 @@ def check(history, final, run) -> Verdict:
     bound = int(prefetch) * consumers
 
     deliveries = [d for d in history.of_type("delivery") if work_queue is None or d.get("queue") in (None, work_queue)]
-    once: dict[tuple, int] = {}
+    once: dict[tuple[Any, ...], int] = {}
     for d in deliveries:
         k = _key(d)
         if k is not None:
             once[k] = once.get(k, 0) + 1
-    trans_cache: dict[str, list[dict]] = {}
+    trans_cache: dict[str, list[dict[str, Any]]] = {}
 
-    def trans(attachment_id: str) -> list[dict]:
+    def trans(attachment_id: str) -> list[dict[str, Any]]:
         if attachment_id not in trans_cache:
             trans_cache[attachment_id] = transitions_of(history, final or {}, attachment_id)
         return trans_cache[attachment_id]
@@ -142,10 +145,10 @@ def check(history, final, run) -> Verdict:
         of their own) is read with the transitions of its latest job only, which name no job: whether an earlier
         job's delivery is still held cannot be read from them. Not judged."""
         body = ((((final or {}).get("attachments") or {}).get(attachment_id) or {}).get("body") or {})
-        versions = body.get("versions") if isinstance(body.get("versions"), list) else []
+        versions: list[Any] = body["versions"] if isinstance(body.get("versions"), list) else []
         return len(versions) <= 1 and sum(t["from"] is None for t in trans(attachment_id)) <= 1
 
-    by_channel: dict[tuple, list[dict]] = {}
+    by_channel: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for d in deliveries:
         by_channel.setdefault((d.get("connection"), d.get("channel")), []).append(d)
     problems, judged, contested, in_faults = [], 0, 0, 0
@@ -159,7 +162,7 @@ def check(history, final, run) -> Verdict:
             window = next((w for w in windows if w[0] <= x["wall"] <= w[1]), None)
             judged += 1
             in_faults += window is not None
-            held = [d for d in items[:i] if _key(d) is not None and once[_key(d)] == 1
+            held = [d for d in items[:i] if (key := _key(d)) is not None and once[key] == 1
                     and one_job(d["attachment_id"]) and held_at(trans(d["attachment_id"]), d, x["wall"])]
             contested += bool(held)
             if len(held) >= bound:
@@ -175,13 +178,14 @@ def check(history, final, run) -> Verdict:
                     held=[{"job_id": d["job_id"], "attachment_id": d["attachment_id"], "attempt": d["attempt"],
                            "delivered_wall": d["wall"], "line": d.get("line")} for d in held]))
     if problems:
-        held = {h["attachment_id"] for item in problems for h in item["held"]}
-        states = {a: (((final or {}).get("attachments") or {}).get(a) or {}).get("body", {}).get("state") for a in held}
+        held_ids = {h["attachment_id"] for item in problems for h in item["held"]}
+        states = {a: (((final or {}).get("attachments") or {}).get(a) or {}).get("body", {}).get("state")
+                  for a in held_ids}
         finished = sorted(a for a, state in states.items() if state in ("ready", "failed"))
         faulted = sum(1 for item in problems if item["during_fault"])
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} deliveries handed to a consumer ({faulted} "
                        "during a dependency fault) prove that it had settled deliveries of unfinished jobs (no "
-                       f"outcome, no retry recorded, never given back); {len(finished)} of the {len(held)} jobs so held ended "
+                       f"outcome, no retry recorded, never given back); {len(finished)} of the {len(held_ids)} jobs so held ended "
                        "terminal all the same, their delivery never handed out again: a recovery or the safety net "
                        "did the work", evidence=problems, seed=seed)
     if not contested:

@@ -11,10 +11,13 @@ ready is.
 
 from __future__ import annotations
 
+from typing import Any
+
 from collections import Counter
 
+from ..history import History
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok,
-                   parse_time, seed_of, transitions_of)
+                   parse_time, seed_of, transitions_of, FinalState, RunInfo)
 
 NAME = "duplicate_effects"
 REQUIREMENTS = ["BE-JOB-002"]
@@ -26,20 +29,20 @@ REWRITE_SLACK_SECONDS = 1.5
 MARKS = ("etag", "version_id", "size", "last_modified")
 
 
-def _norm(mark: str, value):
+def _norm(mark: str, value: Any) -> Any:
     if mark == "last_modified":
         return parse_time(value)
     return str(value).strip('"') if mark == "etag" else value
 
 
-def _where(history, type_: str, field: str, value) -> list[dict]:
+def _where(history: History, type_: str, field: str, value: Any) -> list[dict[str, Any]]:
     """Indexed when the history can (a long run's history: not a scan per attachment), else a scan."""
     if hasattr(history, "where"):
         return history.where(type_, field, value)
     return [e for e in history.of_type(type_) if e.get(field) == value]
 
 
-def _changed_since_ready(history, attachment_id: str, item: dict, obj: dict) -> list[dict]:
+def _changed_since_ready(history: History, attachment_id: str, item: dict[str, Any], obj: dict[str, Any]) -> list[dict[str, Any]]:
     """The object at a key a ``ready`` result named, as snapshotted when ready was first seen (``snapshot`` lines,
     harness/ready_snapshot.py), against every later look at it: the object watcher's writes and the final read. Any
     mark that differs (ETag, version, size, or Last-Modified even within its one-second resolution) is a rewrite
@@ -67,7 +70,7 @@ def _changed_since_ready(history, attachment_id: str, item: dict, obj: dict) -> 
     return []
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     if not final_read_ok(final):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", seed=seed_of(run))
     accepted = accepted_attachments(history)
@@ -113,7 +116,8 @@ def check(history, final, run) -> Verdict:
                     attachment_id=attachment_id, events=[snap]))
         objects = record.get("objects") or {}
         ready_at = readies[-1]["at"] if readies else parse_time(body.get("updated_at"))
-        for item in ([body.get("original")] if body.get("original") else []) + list(variants):
+        items: list[dict[str, Any]] = ([body["original"]] if body.get("original") else []) + list(variants)
+        for item in items:
             key = item.get("key")
             obj = objects.get(key)
             if obj is None:

@@ -22,10 +22,13 @@ expired (the re-check after the wait ran): that something expired at its claim p
 
 from __future__ import annotations
 
+from typing import Any
+
 from datetime import datetime, timezone
 
+from ..history import History
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, expiry_code, final_read_ok,
-                   parse_time, seed_of, timings_of, transitions_of)
+                   parse_time, seed_of, timings_of, transitions_of, FinalState, RunInfo)
 
 NAME = "expiry"
 REQUIREMENTS = ["BE-JOB-005"]
@@ -46,7 +49,7 @@ IN_FLIGHT_WRITE_SECONDS = 1.5
 OWN_CLOCK_SLACK_SECONDS = 0.5
 
 
-def wire_deadlines(history) -> dict[str, float]:
+def wire_deadlines(history: History) -> dict[str, float]:
     """job_id -> the ``expires_at`` its messages carried (the earliest, on the wire as the harness's tap saw it)."""
     out: dict[str, float] = {}
     for m in history.of_type("message"):
@@ -58,14 +61,14 @@ def wire_deadlines(history) -> dict[str, float]:
     return out
 
 
-def clock_offsets(history) -> float:
+def clock_offsets(history: History) -> float:
     """The largest clock offset the run gave any role (seconds; 0 without clock faults): two roles' stamps may be
     up to twice this apart."""
     return max((abs(float(e.get("offset_seconds") or 0)) for e in history.of_type("observe")
                 if e.get("source") == "clock_skew"), default=0.0)
 
 
-def first_seen_ready(history, attachment_id: str) -> float | None:
+def first_seen_ready(history: History, attachment_id: str) -> float | None:
     """Wall time (harness clock) the harness first saw the attachment ``ready`` (a GET or its events)."""
     seen = [e["wall"] for e in history.of_type("state") if e.get("attachment_id") == attachment_id
             and e.get("state") == "ready"]
@@ -74,7 +77,7 @@ def first_seen_ready(history, attachment_id: str) -> float | None:
     return min(seen, default=None)
 
 
-def named_objects(record: dict, final: dict) -> list[tuple[str, float | None]]:
+def named_objects(record: dict[str, Any], final: dict[str, Any]) -> list[tuple[str, float | None]]:
     """(key, Last-Modified) of every object the attachment's ``ready`` result names (final read and bucket list)."""
     listed = {o.get("key"): o.get("last_modified") for o in final.get("bucket_objects") or []}
     stored = record.get("objects") or {}
@@ -87,13 +90,14 @@ def named_objects(record: dict, final: dict) -> list[tuple[str, float | None]]:
     return out
 
 
-def past_deadline(history, final, run, accepted: dict, ttl) -> tuple[list[dict], list[str]]:
+def past_deadline(history: History, final: FinalState, run: RunInfo, accepted: dict[str, Any],
+                  ttl: Any) -> tuple[list[dict[str, Any]], list[str]]:
     """Every scenario: (violations, attachments judged) for ``ready`` results committed, or variant objects written,
     after the job's deadline. Judged only on the upload's own job (the version its message named)."""
     if ttl is None:
         return [], []
     deadlines = wire_deadlines(history)
-    versions = {}
+    versions: dict[str, Any] = {}
     for m in history.of_type("message"):
         body = m.get("body")
         if isinstance(body, dict) and isinstance(body.get("job_id"), str):
@@ -112,7 +116,7 @@ def past_deadline(history, final, run, accepted: dict, ttl) -> tuple[list[dict],
             continue  # another version's job (level 5): its own deadline, not this upload's
         latest = acc["ok"]["wall"] + float(ttl)  # harness clock: the server stamped the deadline no later
         judged.append(attachment_id)
-        base = dict(attachment_id=attachment_id, job_id=job_id, events=[acc["ok"]], ttl_seconds=ttl,
+        base: dict[str, Any] = dict(attachment_id=attachment_id, job_id=job_id, events=[acc["ok"]], ttl_seconds=ttl,
                     deadline_no_later_than=round(latest, 3))
         late = [(k, m) for k, m in named_objects(record, final)
                 if m is not None and m > latest + LATE_WRITE_SLACK_SECONDS]
@@ -142,7 +146,8 @@ def past_deadline(history, final, run, accepted: dict, ttl) -> tuple[list[dict],
     return problems, judged
 
 
-def expired_after_a_claim_in_time(history, final, accepted: dict, code: str, ttl) -> list[dict]:
+def expired_after_a_claim_in_time(history: History, final: FinalState, accepted: dict[str, Any], code: str,
+                                  ttl: Any) -> list[dict[str, Any]]:
     """Attachments that ended expired (``processing → failed`` with the expiry code) after a claim made before
     their deadline: the harness saw the claim before the earliest possible deadline (the upload sent + TTL, its own
     clock), or the claim's own event precedes the ``expires_at`` its message carried."""
@@ -173,7 +178,8 @@ def expired_after_a_claim_in_time(history, final, accepted: dict, code: str, ttl
     return out
 
 
-def expired_while_paused(history, run, final, accepted: dict, code: str, ttl) -> list[dict]:
+def expired_while_paused(history: History, run: RunInfo, final: FinalState, accepted: dict[str, Any], code: str,
+                         ttl: Any) -> list[dict[str, Any]]:
     """Attachments that ended expired whose TTL ran out (202 + TTL, harness clock) while every instance of the
     consumer roles was paused (SIGSTOP until SIGCONT)."""
     if ttl is None:
@@ -206,7 +212,7 @@ def utc(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def expired_in_time(history, attachment_id: str, code: str, sent_wall: float, ttl: float) -> bool:
+def expired_in_time(history: History, attachment_id: str, code: str, sent_wall: float, ttl: float) -> bool:
     """Whether the attachment was first seen failed with the expiry code no earlier than its upload was sent + TTL
     (harness clock): a correct expiry of work that waited out its TTL — behind a backlog on a slow machine, say —
     which proves nothing either way about fresh work reaching ``ready``."""
@@ -215,7 +221,7 @@ def expired_in_time(history, attachment_id: str, code: str, sent_wall: float, tt
     return seen is not None and seen["wall"] >= sent_wall + float(ttl) - 0.05
 
 
-def consumer_holds(history, run) -> list[tuple[dict, dict]]:
+def consumer_holds(history: History, run: RunInfo) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(hold_start, hold_end) phase pairs that held a consumer role."""
     consumers = consumer_roles(run)
     starts = [e for e in history.of_type("phase") if e.get("name") == "hold_start"
@@ -229,7 +235,7 @@ def consumer_holds(history, run) -> list[tuple[dict, dict]]:
     return out
 
 
-def first_invoke(history, invoke: dict) -> dict:
+def first_invoke(history: History, invoke: dict[str, Any]) -> dict[str, Any]:
     """The first attempt of an upload (a client retry reuses the Idempotency-Key: the server may have created
     the attachment at the first attempt)."""
     while invoke.get("retry_of"):
@@ -240,26 +246,26 @@ def first_invoke(history, invoke: dict) -> dict:
     return invoke
 
 
-def _invoke_of(history, op: str) -> dict | None:
+def _invoke_of(history: History, op: str) -> dict[str, Any] | None:
     if hasattr(history, "where"):  # indexed once per history: a long run's checks call this per attachment
         found = history.where("invoke", "op", op)
         return found[-1] if found else None
     return next((e for e in reversed(history.of_type("invoke")) if e.get("op") == op), None)
 
 
-def results(record: dict) -> list[str]:
+def results(record: dict[str, Any]) -> list[str]:
     """Variant results the API reports for an attachment: what no expired job may have."""
     return [f"variant {v.get('name')} {v.get('key')}" for v in (record.get("body") or {}).get("variants") or []]
 
 
-def objects(attachment_id: str, record: dict, final: dict) -> list[str]:
+def objects(attachment_id: str, record: dict[str, Any], final: dict[str, Any]) -> list[str]:
     """Black box: any stored object besides the original whose key names the attachment."""
     original = ((record.get("body") or {}).get("original") or {}).get("key")
     return [f"object {o['key']}" for o in final.get("bucket_objects") or []
             if attachment_id in o.get("key", "") and o.get("key") != original]
 
 
-def written_after(attachment_id: str, record: dict, final: dict, wall: float) -> list[dict]:
+def written_after(attachment_id: str, record: dict[str, Any], final: dict[str, Any], wall: float) -> list[dict[str, Any]]:
     """Listed objects naming the attachment (besides its original) whose Last-Modified is after ``wall``."""
     original = ((record.get("body") or {}).get("original") or {}).get("key")
     out = []
@@ -271,9 +277,9 @@ def written_after(attachment_id: str, record: dict, final: dict, wall: float) ->
     return out
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     checks = (run.get("scenario") or {}).get("checks") or []
-    ttl = timings_of(run).get("job_ttl_seconds")
+    ttl: Any = timings_of(run).get("job_ttl_seconds")
     holds = consumer_holds(history, run)
     code = expiry_code(run)
     if not final_read_ok(final):
@@ -292,7 +298,7 @@ def check(history, final, run) -> Verdict:
             continue
         reported += 1
         first = first_invoke(history, acc["invoke"])
-        base = dict(attachment_id=attachment_id, job_id=acc["ok"].get("job_id"), events=[first, acc["ok"]],
+        base: dict[str, Any] = dict(attachment_id=attachment_id, job_id=acc["ok"].get("job_id"), events=[first, acc["ok"]],
                     final_state=body.get("state"), error_code=code)
         was_ready = [e for e in history.of_type("state") if e.get("attachment_id") == attachment_id
                      and e.get("state") == "ready"] + [t for t in transitions_of(history, final, attachment_id)

@@ -15,15 +15,18 @@ counter of every finished job — could be large enough by chance and proves not
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 from ..metrics import selector
-from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, expiry_code, final_read_ok, seed_of
+from ..history import History
+from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, expiry_code, final_read_ok, seed_of, FinalState, RunInfo
 
 NAME = "expiry_metric"
 REQUIREMENTS = ["BE-JOB-005"]
 NEEDS = (("expiry.metric", "[expiry] metric (the counter of expired jobs)"),)
 
 
-def expired_attachments(final: dict, code: str) -> list[str]:
+def expired_attachments(final: dict[str, Any], code: str) -> list[str]:
     return sorted(a for a, record in (final.get("attachments") or {}).items()
                   if ((record or {}).get("body") or {}).get("state") == "failed"
                   and ((record or {}).get("body") or {}).get("error_code") == code)
@@ -39,7 +42,7 @@ def names_expiry(metric: str) -> bool:
     return any("expir" in w.lower() for w in words)
 
 
-def restarted_instances(history, roles: set[str]) -> list[str]:
+def restarted_instances(history: History, roles: set[str]) -> list[str]:
     """Instances of ``roles`` started more than once: their counters began again from zero."""
     starts: dict[str, int] = {}
     for e in history.of_type("role"):
@@ -48,11 +51,11 @@ def restarted_instances(history, roles: set[str]) -> list[str]:
     return sorted(name for name, n in starts.items() if n > 1)
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     seed = seed_of(run)
     metric = ((run.get("adapter") or {}).get("expiry") or {}).get("metric")
 
-    def verdict(status, summary, found=(), exercised=True):
+    def verdict(status: str, summary: str, found: Iterable[dict[str, Any]] = (), exercised: bool = True) -> Verdict:
         return Verdict(NAME, status, REQUIREMENTS, summary, exercised=exercised, evidence=list(found), seed=seed)
 
     if not final_read_ok(final):
@@ -76,7 +79,7 @@ def check(history, final, run) -> Verdict:
     counted = sum(float((e.get("values") or {}).get(metric, 0.0)) for e in reads if e.get("ok"))
     unread = [e for e in reads if not e.get("ok")]
     serving = {e["instance"]: e.get("values", {}).get(metric) for e in reads if e.get("ok")}
-    base = dict(metric=metric, counted=counted, expired=len(expired), attachment_ids=expired[:10],
+    base: dict[str, Any] = dict(metric=metric, counted=counted, expired=len(expired), attachment_ids=expired[:10],
                 per_instance=serving, events=reads)
     if counted >= len(expired):
         extra = f"; {counted - len(expired):g} more than the jobs seen expired" if counted > len(expired) else ""

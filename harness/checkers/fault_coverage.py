@@ -6,38 +6,42 @@ only with the evidence ``WINDOW_RULES`` (chaos/kinds/_windows.py) names for that
 
 from __future__ import annotations
 
-from .base import UNKNOWN, VALID, Verdict, evidence, seed_of
+from typing import Any
+
+from ..history import History
+from .base import UNKNOWN, VALID, Verdict, evidence, seed_of, FinalState, RunInfo
 
 NAME = "fault_coverage"
 REQUIREMENTS: list[str] = []
 ALWAYS_COUNTED = True  # a scheduled fault that never happened makes any scenario unknown
 
 
-def _happened(step: dict, history, final: dict | None = None) -> tuple[bool, str]:
+def _happened(step: dict[str, Any], history: History, final: dict[str, Any] | None = None) -> tuple[bool, str]:
     """Ask the step's fault kind (chaos/kinds/<action>.py, its ``happened``): each kind knows what it leaves behind.
     A kind that does not say is not proven."""
     from chaos.kinds import REGISTRY
 
     action = step.get("action")
-    kind = REGISTRY.get(action)
+    kind = REGISTRY.get(action) if isinstance(action, str) else None
     if kind is None:
         return False, f"unknown action {action!r}"
     happened = getattr(kind, "happened", None)
     if happened is None:
         return False, f"the {action} kind does not say what shows it happened (no happened()): not proven"
-    return happened(step, history, final or {})
+    verdict: tuple[bool, str] = happened(step, history, final or {})
+    return verdict
 
 
-def _landed(step: dict, history) -> bool:
+def _landed(step: dict[str, Any], history: History) -> bool:
     """The kind's own word that its fault was done even though ``happened`` is False (a timed kill that landed
     outside its window); False for kinds that do not say."""
     from chaos.kinds import REGISTRY
 
-    landed = getattr(REGISTRY.get(step.get("action")), "landed", None)
+    landed = getattr(REGISTRY.get(str(step.get("action"))), "landed", None)
     return bool(landed and landed(step, history))
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     missing, done, outside = [], [], []
     for step in run.get("schedule") or []:
         happened, what = _happened(step, history, final)

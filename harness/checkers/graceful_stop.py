@@ -21,16 +21,20 @@ valid and not exercised.
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..history import History
 from .base import (INVALID, TERMINAL_STATES, VALID, Verdict, accepted_attachments, consumer_roles, evidence,
-                   not_proven, role_kind, seed_of, transitions_of)
+                   not_proven, role_kind, seed_of, transitions_of, FinalState, RunInfo)
 
 NAME = "graceful_stop"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
 
 
-def stops(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]:
+def stops(history: History, consumers: frozenset[str]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(start line, end line or None) of every SIGTERM the harness sent to a consumer instance."""
-    out, open_ = [], {}
+    out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+    open_: dict[Any, int] = {}
     for e in history.of_type("fault"):
         if e.get("action") != "sigterm" or role_kind(e.get("role")) not in consumers:
             continue
@@ -43,11 +47,11 @@ def stops(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]:
     return out
 
 
-def _attempt(value) -> int | None:
+def _attempt(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     consumers = consumer_roles(run)
     found = stops(history, consumers)
     if not found:

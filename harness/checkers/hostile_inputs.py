@@ -18,7 +18,10 @@ lost to a hostile input is lost_accepted_work's to judge, a role that crashed ro
 
 from __future__ import annotations
 
-from .base import INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, evidence, final_read_ok, seed_of
+from typing import Any
+
+from ..history import History
+from .base import INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, evidence, final_read_ok, seed_of, FinalState, RunInfo
 
 NAME = "hostile_inputs"
 REQUIREMENTS = ["BE-JOB-003"]
@@ -32,10 +35,10 @@ MAY_FAIL = NEVER_READY | MAY_BE_READY
 MAGIC_TYPES = {"png": "image/png", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
 
 
-def _samples(history) -> dict[str, dict]:
+def _samples(history: History) -> dict[str, dict[str, Any]]:
     """sample -> {"invoke": first invoke, "answers": [ok/fail/info events of its tries]} for hostile uploads."""
-    samples: dict[str, dict] = {}
-    op_sample: dict[str, str] = {}
+    samples: dict[Any, dict[str, Any]] = {}
+    op_sample: dict[Any, Any] = {}
     for e in history.of_type("invoke"):
         if e.get("f") == "upload" and e.get("kind") in HOSTILE:
             sample = e.get("sample") or e.get("op")
@@ -47,7 +50,7 @@ def _samples(history) -> dict[str, dict]:
     return samples
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     samples = _samples(history)
     if not samples:
         return Verdict(NAME, VALID, REQUIREMENTS, "no hostile uploads in this run", exercised=False,
@@ -59,7 +62,7 @@ def check(history, final, run) -> Verdict:
     for sample, item in sorted(samples.items()):
         invoke, answers = item["invoke"], item["answers"]
         kind = invoke.get("kind")
-        base = dict(sample=sample, kind=kind, size=invoke.get("size"), filename=invoke.get("filename"))
+        base: dict[str, Any] = dict(sample=sample, kind=kind, size=invoke.get("size"), filename=invoke.get("filename"))
         for a in answers:
             status = a.get("status")
             if isinstance(status, int) and status >= 500 and status != 503:
@@ -84,7 +87,7 @@ def check(history, final, run) -> Verdict:
         record = records.get(attachment_id) or {}
         body = record.get("body") or {}
         state = body.get("state")
-        ids = dict(attachment_id=attachment_id, job_id=ok.get("job_id"), events=[invoke, ok])
+        ids: dict[str, Any] = dict(attachment_id=attachment_id, job_id=ok.get("job_id"), events=[invoke, ok])
         if record.get("status") != 200 or not body:
             unknowns.append(evidence(f"{kind}: accepted but not read at the end (status {record.get('status')})",
                                      **ids, **base))

@@ -18,9 +18,12 @@ still held. Either way ``invalid``, with the measured time (``lease_claim``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from .ack_after_commit import in_flight_at
+from ..history import Event, History
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, level_of,
-                   parse_time, role_kind, seed_of, timing, transitions_of)
+                   parse_time, role_kind, seed_of, timing, transitions_of, FinalState, RunInfo)
 
 NAME = "lease_ownership"
 REQUIREMENTS = ["BE-JOB-006"]
@@ -35,7 +38,7 @@ OWNER_LAST_WORD_SECONDS = 0.1
 STALE_RESULT_SLACK_SECONDS = 0.5
 
 
-def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]:
+def pauses(history: History, consumers: frozenset[str]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(sigstop event, matching sigcont event or None) for pauses of a consumer role."""
     out = []
     stops = [e for e in history.of_type("fault") if e.get("action") == "sigstop" and role_kind(e.get("role")) in consumers]
@@ -46,11 +49,11 @@ def pauses(history, consumers: frozenset[str]) -> list[tuple[dict, dict | None]]
     return out
 
 
-def owner_downs(history, consumers: frozenset[str]) -> list[tuple[dict, float | None]]:
+def owner_downs(history: History, consumers: frozenset[str]) -> list[tuple[dict[str, Any], float | None]]:
     """(the fault that took a consumer instance down, when it could act again: SIGCONT of a pause; None for a kill
     or crash, whose restart is another process) — only while that instance was the only consumer instance started,
     so the job it held was its own."""
-    downs = []
+    downs: list[tuple[Event, float | None]] = []
     for e in history.of_type("fault"):
         if role_kind(e.get("role")) not in consumers:
             continue
@@ -63,7 +66,7 @@ def owner_downs(history, consumers: frozenset[str]) -> list[tuple[dict, float | 
             if len({e.get("role") for e in started if e["wall"] <= down["wall"]}) <= 1]
 
 
-def lease_claim(history, final, run, ids: list[str]) -> tuple[list[dict], list[dict]]:
+def lease_claim(history: History, final: FinalState, run: RunInfo, ids: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(contradictions, measurements) of the declared lease_seconds by recoveries after the owner went down."""
     lease = timing(run, "lease_seconds")
     if lease is None:
@@ -93,7 +96,7 @@ def lease_claim(history, final, run, ids: list[str]) -> tuple[list[dict], list[d
     return problems, measured
 
 
-def stale_commits(trans: list[dict]) -> list[tuple[dict, dict, dict]]:
+def stale_commits(trans: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
     """(commit, the stale claim it came from, the newer claim it overrode): a ``ready`` committed after a newer
     claim began, by the owner of an older one. The attempt it carries proves nothing (an implementation may stamp
     the row's current attempt on any write); whose write it is shows in its ``actor``, compared as an identity,
@@ -117,7 +120,7 @@ def stale_commits(trans: list[dict]) -> list[tuple[dict, dict, dict]]:
     return out
 
 
-def _named_versions(history, record: dict, attachment_id: str) -> list[tuple[str, float, dict]]:
+def _named_versions(history: History, record: dict[str, Any], attachment_id: str) -> list[tuple[str, float, dict[str, Any]]]:
     """(key, Last-Modified, the line it came from) of each object the attachment's ``ready`` names, as it stood when
     ready was first seen (the ready snapshot's HEAD), else as the final read found it."""
     out = []
@@ -135,7 +138,7 @@ def _named_versions(history, record: dict, attachment_id: str) -> list[tuple[str
     return out
 
 
-def stale_results(history, record: dict, attachment_id: str, trans: list[dict]) -> list[dict]:
+def stale_results(history: History, record: dict[str, Any], attachment_id: str, trans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fencing judged from the effects the harness sees itself, not from the event log: the objects ``ready`` names
     must be the committing claim's. When a job was claimed more than once before its ``ready``, the claim that
     committed is the newest (a fenced commit is refused to every older one), and a new claim writes its variants
@@ -171,7 +174,7 @@ def stale_results(history, record: dict, attachment_id: str, trans: list[dict]) 
     return out
 
 
-def recovery_held(history, run, stop: dict, cont: dict | None) -> list[str]:
+def recovery_held(history: History, run: RunInfo, stop: dict[str, Any], cont: dict[str, Any] | None) -> list[str]:
     """The recovering roles (other than the paused one) kept stopped from before the pause until after it ended:
     their names, or [] when none were (or the adapter flags none)."""
     from .ack_after_commit import hold_intervals
@@ -186,7 +189,7 @@ def recovery_held(history, run, stop: dict, cont: dict | None) -> list[str]:
     return []
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     lease = timing(run, "lease_seconds")
     paused = pauses(history, consumer_roles(run))
     if paused and lease is None:
@@ -234,7 +237,7 @@ def check(history, final, run) -> Verdict:
             # Recovered while it slept: the job left the paused owner (a lease recovery, or its end) before SIGCONT.
             # The new owner may still be finishing a large image when the old one wakes; it is fenced either way.
             left = next((t for t in later if t["at"] is not None), None)
-            base = dict(attachment_id=attachment_id, events=[stop, cont], paused_seconds=round(paused_for, 2),
+            base: dict[str, Any] = dict(attachment_id=attachment_id, events=[stop, cont], paused_seconds=round(paused_for, 2),
                         lease_seconds=lease, attempt=flight["attempt"])
             held = recovery_held(history, run, stop, cont)
             if held:  # every role that recovers work was stopped on purpose (stale_ack): nobody could recover it

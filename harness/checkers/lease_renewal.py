@@ -26,9 +26,12 @@ on delayed renewals. Unknown when a timing it needs is not declared.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .ack_after_commit import in_flight_at
+from ..history import Event, History
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, final_read_ok,
-                   level_of, parse_time, recovering_roles, role_kind, seed_of, timing, transitions_of, undecided)
+                   level_of, parse_time, recovering_roles, role_kind, seed_of, timing, transitions_of, undecided, FinalState, RunInfo)
 
 NAME = "lease_renewal"
 REQUIREMENTS = ["BE-JOB-006"]
@@ -39,7 +42,7 @@ REFUSALS = ("cut", "reset_peer", "blackhole")
 SLACK_SECONDS = 0.5
 
 
-def intervals(history, service: str, toxics: tuple[str, ...], roles: frozenset[str]) -> list[dict]:
+def intervals(history: History, service: str, toxics: tuple[str, ...], roles: frozenset[str]) -> list[dict[str, Any]]:
     """Toxic faults on ``service`` that reached every role in ``roles`` (a role-scoped fault on one of them, or a
     fault on the whole service): {"start", "end" (None while open), "roles", "toxic", "params", "events"}."""
     out, open_ = [], {}
@@ -59,7 +62,7 @@ def intervals(history, service: str, toxics: tuple[str, ...], roles: frozenset[s
     return [i for i in out if i["role"] is None or role_kind(i["role"]) in roles]
 
 
-def covers(spans: list[dict], roles: frozenset[str], start: float, end: float) -> bool:
+def covers(spans: list[dict[str, Any]], roles: frozenset[str], start: float, end: float) -> bool:
     """Whether, over [start, end], every role in ``roles`` was under one of ``spans`` (a whole-service one counts for
     all): spans of one kind are merged per role first."""
     for role in roles:
@@ -75,11 +78,11 @@ def covers(spans: list[dict], roles: frozenset[str], start: float, end: float) -
     return True
 
 
-def overlaps(spans: list[dict], start: float, end: float) -> bool:
+def overlaps(spans: list[dict[str, Any]], start: float, end: float) -> bool:
     return any(s["start"] < end and (s["end"] is None or s["end"] > start) for s in spans)
 
 
-def consumer_disruptions(history, consumers: frozenset[str]) -> list[dict]:
+def consumer_disruptions(history: History, consumers: frozenset[str]) -> list[dict[str, Any]]:
     """Pauses, kills and crashes of a consumer: a claim spanning one did not live on renewals alone."""
     out, paused = [], {}
     for e in history.of_type("fault"):
@@ -95,7 +98,7 @@ def consumer_disruptions(history, consumers: frozenset[str]) -> list[dict]:
     return out
 
 
-def claims(trans: list[dict]) -> list[tuple[dict, dict | None]]:
+def claims(trans: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(→processing transition, the next transition or None) for every claim of one attachment."""
     out = []
     for i, t in enumerate(trans):
@@ -104,7 +107,7 @@ def claims(trans: list[dict]) -> list[tuple[dict, dict | None]]:
     return out
 
 
-def upload_spans(history) -> list[tuple[float, float]]:
+def upload_spans(history: History) -> list[tuple[float, float]]:
     spans = []
     for op in history.operations().values():
         if op["invoke"].get("f") != "upload":
@@ -114,7 +117,7 @@ def upload_spans(history) -> list[tuple[float, float]]:
     return spans
 
 
-def promised_variants(final, attachment_id: str) -> int | None:
+def promised_variants(final: FinalState, attachment_id: str) -> int | None:
     """How many variant objects the job's ``ready`` names (None unless the final read saw it ready)."""
     body = (((final or {}).get("attachments") or {}).get(attachment_id) or {}).get("body") or {}
     if body.get("state") != "ready" or not body.get("variants"):
@@ -122,15 +125,15 @@ def promised_variants(final, attachment_id: str) -> int | None:
     return len(body["variants"])
 
 
-def writes_done_in_time(objects, originals, attachment_id: str, held: int, flight: dict, no_lease_from: float,
-                        promised: int | None) -> int | None:
+def writes_done_in_time(objects: list[Event], originals: set[Any], attachment_id: str, held: int,
+                        flight: dict[str, Any], no_lease_from: float, promised: int | None) -> int | None:
     """The number of distinct objects of the held claim that landed between its claim and the moment its lease
     had surely run out, when that is already every object its job's ``ready`` names (so nothing was left to write
     without a lease); else None. An object is the held job's when it is the only job held, or when its key names
     the attachment."""
     if promised is None or flight.get("at") is None:
         return None
-    keys = set()
+    keys: set[Any] = set()
     for obj in objects:
         landed = parse_time(obj.get("last_modified"))
         key = obj.get("key")
@@ -142,7 +145,8 @@ def writes_done_in_time(objects, originals, attachment_id: str, held: int, fligh
     return len(keys) if len(keys) >= promised else None
 
 
-def unnamed_after(objects, originals, final, attachment_id: str, held: int, after: float) -> dict | None:
+def unnamed_after(objects: list[Event], originals: set[Any], final: FinalState, attachment_id: str, held: int,
+                  after: float) -> Event | None:
     """The first object of the held job (the only job held, or its key names the attachment) that landed after
     ``after`` at a key the job's final ``ready`` does not name; None when there is none or the job is not ready."""
     body = (((final or {}).get("attachments") or {}).get(attachment_id) or {}).get("body") or {}
@@ -159,7 +163,7 @@ def unnamed_after(objects, originals, final, attachment_id: str, held: int, afte
     return None
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     consumers, recovering = consumer_roles(run), recovering_roles(run)
     refusals = intervals(history, "postgres", REFUSALS, consumers)
     delays = intervals(history, "postgres", ("latency",), consumers)
@@ -188,8 +192,8 @@ def check(history, final, run) -> Verdict:
         end = r["end"] if r["end"] is not None else float("inf")
         if end - r["start"] <= lease or not covers(refusals, consumers, r["start"], min(end, r["start"] + 3600)):
             continue  # shorter than the lease, or some consumer could still renew
-        held = [(a, in_flight_at(trans_of[a], r["start"])) for a in ids]
-        held = [(a, f) for a, f in held if f is not None]
+        in_flight = [(a, in_flight_at(trans_of[a], r["start"])) for a in ids]
+        held = [(a, f) for a, f in in_flight if f is not None]
         if not held:
             continue
         round_trip = max([float(s["params"].get("ms", 0)) / 1000 for s in s3_delays
@@ -202,7 +206,7 @@ def check(history, final, run) -> Verdict:
         next_claim = min([t["at"] for a in ids for t in trans_of[a]
                           if t["to"] == "processing" and t["at"] is not None and t["at"] > r["start"]] or [end])
         no_lease_until = max(end, next_claim) if recovered else end
-        base = dict(events=r["events"], refused_seconds=round(end - r["start"], 2), lease_seconds=lease,
+        base: dict[str, Any] = dict(events=r["events"], refused_seconds=round(end - r["start"], 2), lease_seconds=lease,
                     no_lease_from=no_lease_from)
         if watched and (watch_end is None or watch_end.get("lists", 1) > 0):
             for obj in objects:

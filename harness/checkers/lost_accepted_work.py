@@ -18,9 +18,12 @@ is lost. "Outages cost no attempt" is a property of the reference (its own grade
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import hostile_inputs, permanent_failure, retry_exhaustion
+from ..history import Event, History
 from .base import (INVALID, LEVEL_VARIANTS, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, expiry_code,
-                   final_read_ok, level_of, seed_of, timing, transitions_of)
+                   final_read_ok, level_of, seed_of, timing, transitions_of, FinalState, RunInfo, declared_timing)
 
 NAME = "lost_accepted_work"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
@@ -29,11 +32,11 @@ TRANSIENT_FAULTS = frozenset({"toxic", "restart_service", "kill_broker_node", "p
                               "s3_deny"})  # a refusal of the store later lifted
 
 
-def transient_faults(history) -> list[tuple[float, float, dict]]:
+def transient_faults(history: History) -> list[tuple[float, float, dict[str, Any]]]:
     """(start wall, end wall, start line) of every transient dependency fault of the run (end: the run's last line
     when it never ended)."""
     last = max((e["wall"] for e in history), default=0.0)
-    open_: dict[tuple, list[dict]] = {}
+    open_: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     out = []
     for e in history.of_type("fault"):
         if e.get("action") not in TRANSIENT_FAULTS:
@@ -48,7 +51,8 @@ def transient_faults(history) -> list[tuple[float, float, dict]]:
     return out
 
 
-def budget_spent_by_fault(history, final, run, attachment_id: str, body: dict, faults) -> dict | None:
+def budget_spent_by_fault(history: History, final: FinalState, run: RunInfo, attachment_id: str, body: dict[str, Any],
+                          faults: list[tuple[float, float, Event]]) -> dict[str, Any] | None:
     """The fault that was in force while this failed job was processing, when it ended failed with an error_code
     having spent exactly its attempt budget (None otherwise)."""
     budget = timing(run, "max_attempts")
@@ -65,13 +69,13 @@ def budget_spent_by_fault(history, final, run, attachment_id: str, body: dict, f
     return next((f for start, end, f in faults if start <= ended and end >= claimed[0]), None)
 
 
-def unroutable_publishes(history, attachment_id: str, job_id: str | None) -> list[dict]:
+def unroutable_publishes(history: History, attachment_id: str, job_id: str | None) -> list[dict[str, Any]]:
     """The tap's ``unroutable`` lines naming this attachment or job: its message published to no queue."""
     return [e for e in history.of_type("unroutable")
             if e.get("attachment_id") == attachment_id or (job_id and e.get("job_id") == job_id)]
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     accepted = accepted_attachments(history)
     if not final_read_ok(final):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", evidence=[
@@ -104,7 +108,7 @@ def check(history, final, run) -> Verdict:
             continue
         body = record.get("body") or {}
         state = body.get("state")
-        base = dict(attachment_id=attachment_id, job_id=ok.get("job_id"), events=[invoke, ok],
+        base: dict[str, Any] = dict(attachment_id=attachment_id, job_id=ok.get("job_id"), events=[invoke, ok],
                     final_state=state, attempt=body.get("attempt"), sample=invoke.get("sample"))
         if state == "ready":
             names = {v.get("name") for v in body.get("variants") or []}
@@ -122,7 +126,7 @@ def check(history, final, run) -> Verdict:
                 pass  # the store refused every write for good while it was unfinished: judged by permanent_failure
             elif not bad_input and (spent := budget_spent_by_fault(history, final, run, attachment_id, body, faults)):
                 notes.append(evidence(
-                    f"ended failed at its attempt budget ({int(timing(run, 'max_attempts'))}), spent while a transient "
+                    f"ended failed at its attempt budget ({int(declared_timing(run, 'max_attempts'))}), spent while a transient "
                     f"fault was in force ({spent.get('action')} {spent.get('toxic') or ''} on "
                     f"{spent.get('service') or spent.get('node')}, line {spent.get('line')}): an outcome, not lost work",
                     error_code=body.get("error_code"), fault=spent.get("line"), **base))

@@ -25,6 +25,8 @@ no queue (``unroutable``), the reason says so instead: the implementation's topo
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterator
+
 import base64
 import binascii
 import hashlib
@@ -36,6 +38,7 @@ from functools import lru_cache
 from jsonschema import Draft202012Validator
 
 from ..paths import data_dir
+from ..history import History
 from .base import (
     INVALID,
     UNKNOWN,
@@ -44,8 +47,7 @@ from .base import (
     accepted_attachments,
     evidence,
     seed_of,
-    transitions_of,
-)
+    transitions_of, FinalState, RunInfo)
 
 NAME = "message_hygiene"
 REQUIREMENTS = ["BE-JOB-002", "BE-JOB-005"]
@@ -77,7 +79,7 @@ def validator() -> Draft202012Validator:
     return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
 
-def items_in(value, name: str = ""):
+def items_in(value: Any, name: str = "") -> Iterator[tuple[str, str]]:
     """(field or header name, string value) of every string anywhere in ``value``, nested tables and arrays too."""
     if isinstance(value, str):
         yield name, value
@@ -97,7 +99,7 @@ def carries_file_bytes(text: str) -> bool:
     compact = text.strip()
     if compact.startswith("data:image/"):
         return True
-    candidates = []
+    candidates: list[Callable[[], bytes]] = []
     if HEX.match(compact):
         candidates.append(lambda: binascii.unhexlify(compact[:32]))
     if BASE64.match(compact):
@@ -114,7 +116,7 @@ def carries_file_bytes(text: str) -> bool:
     return False
 
 
-def given_job_ids(history) -> dict[str, set[str]]:
+def given_job_ids(history: History) -> dict[str, set[str]]:
     """attachment_id -> the job_ids the API's 202 answers to uploads gave the harness (a replay keeps the job_id:
     CONTRACT §4; a replay answering another one is judged apart, see :func:`replay_job_changes`)."""
     out: dict[str, set[str]] = {}
@@ -124,7 +126,7 @@ def given_job_ids(history) -> dict[str, set[str]]:
     return out
 
 
-def replay_job_changes(history, given: dict[str, set[str]]) -> list[dict]:
+def replay_job_changes(history: History, given: dict[str, set[str]]) -> list[dict[str, Any]]:
     """Replay answers whose job_id is not the one the upload's 202 gave (CONTRACT §4: it never changes on replay)."""
     return [evidence("replay answered another job_id than the upload's 202 (a job_id never changes on replay)",
                      attachment_id=e["attachment_id"], job_id=e["job_id"], events=[e],
@@ -133,7 +135,7 @@ def replay_job_changes(history, given: dict[str, set[str]]) -> list[dict]:
             and e.get("attachment_id") in given and e["job_id"] not in given[e["attachment_id"]]]
 
 
-def claimed(history, final, attachment_id: str) -> bool:
+def claimed(history: History, final: FinalState, attachment_id: str) -> bool:
     """Whether a worker claimed the attachment's job at least once (so a message of it reached a consumer)."""
     return any(t.get("to") == "processing" for t in transitions_of(history, final or {}, attachment_id))
 
@@ -142,7 +144,7 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def storage_record(env: dict, operator_token: str | None = None, *more_envs: dict) -> dict:
+def storage_record(env: dict[str, Any], operator_token: str | None = None, *more_envs: dict[str, Any]) -> dict[str, Any]:
     """What run.json keeps for this checker of the storage and secrets a run's roles were given: the bucket, the S3
     endpoints' host:port (the proxied one the roles use, the direct one), and the sha256 of every secret (the S3
     keys, the passwords in the database and broker URLs, the operator token) — never a secret in clear."""
@@ -167,7 +169,7 @@ def storage_record(env: dict, operator_token: str | None = None, *more_envs: dic
             "secret_sha256": sorted(_digest(x) for x in secrets if len(x) >= 4)}
 
 
-def object_keys(final: dict, history=None) -> set[str]:
+def object_keys(final: FinalState, history: History | None = None) -> set[str]:
     """Every object key the harness saw: named by the final read (original, variants, versions), in the final bucket
     listing, and written during the run (the object watcher's history: keys later moved or removed too)."""
     keys = set()
@@ -186,7 +188,7 @@ def object_keys(final: dict, history=None) -> set[str]:
     return keys
 
 
-def storage_of(history, run: dict) -> dict:
+def storage_of(history: History, run: dict[str, Any]) -> dict[str, Any]:
     """The run's bucket and S3 endpoints (run.json's ``storage``, else the object watcher's start) and secrets."""
     record = dict(run.get("storage") or {})
     if not record.get("bucket"):
@@ -255,7 +257,7 @@ def secret_in(text: str, secret_digests: frozenset[str]) -> bool:
     return any(_digest(part) in secret_digests for part in TOKEN_SPLIT.split(text) if len(part) >= 4)
 
 
-_NEEDLES: dict = {}
+_NEEDLES: dict[int, tuple[set[str], int, int, dict[str, list[str]]]] = {}
 
 
 def _contained(needles: set[str], text: str) -> list[str]:
@@ -283,7 +285,7 @@ def _contained(needles: set[str], text: str) -> list[str]:
     return sorted(hits)
 
 
-def forbidden_content(m: dict, filenames: set[str], keys: set[str], storage: dict | None = None) -> list[tuple[str, str]]:
+def forbidden_content(m: dict[str, Any], filenames: set[str], keys: set[str], storage: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """(what, value) for every storage location, client filename, file bytes or credential anywhere in the message:
     one rule set for the body (or its raw text), the headers and every string property, judged by values."""
     storage = storage or {}
@@ -314,7 +316,7 @@ def forbidden_content(m: dict, filenames: set[str], keys: set[str], storage: dic
     return found
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     from .dead_letter import injected_as, injections
 
     # Messages the harness injected itself (scenario fault ``inject``: unprocessable on purpose) are not the
@@ -351,8 +353,8 @@ def check(history, final, run) -> Verdict:
     owner_of_202 = {job_id: attachment_id for attachment_id, jobs in given.items() for job_id in jobs}
     problems = replay_job_changes(history, given)
     notes = []
-    job_owner: dict[str, tuple[str, dict]] = {}
-    named: dict[str, list[dict]] = {}  # attachment_id -> the tapped messages naming it
+    job_owner: dict[str, tuple[str, dict[str, Any]]] = {}
+    named: dict[str, list[dict[str, Any]]] = {}  # attachment_id -> the tapped messages naming it
     for m in messages:
         body = m.get("body")
         for what, value in forbidden_content(m, filenames, keys, storage):

@@ -28,8 +28,9 @@ event times) is kept as evidence of how the permuted order reached the handler, 
 from __future__ import annotations
 
 from . import duplicate_effects, lost_accepted_work, state_regression
+from ..history import History
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, faults, final_read_ok,
-                   not_proven, seed_of, transitions_of)
+                   not_proven, seed_of, transitions_of, FinalState, RunInfo)
 
 NAME = "order_independence"
 REQUIREMENTS = ["BE-JOB-004"]
@@ -41,7 +42,7 @@ def connection_of(channel: str | None) -> str:
     return text.rsplit(" (", 1)[0] if text.endswith(")") else text
 
 
-def consuming_connections(history) -> tuple[set[str], int]:
+def consuming_connections(history: History) -> tuple[set[str], int]:
     """Connections seen holding deliveries of the work queue (unacked ≥ 1), and the most seen at one tick."""
     seen: set[str] = set()
     per_tick: dict[int, set[str]] = {}
@@ -53,19 +54,19 @@ def consuming_connections(history) -> tuple[set[str], int]:
     return seen, max((len(v) for v in per_tick.values()), default=0)
 
 
-def attached_connections(history) -> set[str]:
+def attached_connections(history: History) -> set[str]:
     """Consumer connections the broker listed on the work queue (whether or not their statistics showed deliveries)."""
     return {connection_of(e.get("channel")) for e in history.of_type("consumer") if e.get("channel")}
 
 
-def attached_while_waiting(history) -> int:
+def attached_while_waiting(history: History) -> int:
     """The most consumers the broker counted on the work queue (exactly, by a passive declare after the release)
     while at least one message still waited there."""
     return max((e.get("consumers") or 0 for e in history.of_type("queue")
                 if e.get("kind") == "consumers" and (e.get("ready") or 0) >= 1), default=0)
 
 
-def most_at_once(history, final, attachment_ids: list[str]) -> int:
+def most_at_once(history: History, final: FinalState, attachment_ids: list[str]) -> int:
     """The most permuted jobs in processing at one time: from each one's first claim to its terminal transition."""
     spans = []
     for attachment_id in attachment_ids:
@@ -82,7 +83,7 @@ def most_at_once(history, final, attachment_ids: list[str]) -> int:
     return best
 
 
-def claim_order(history, final, attachment_ids: list[str]) -> list[str]:
+def claim_order(history: History, final: FinalState, attachment_ids: list[str]) -> list[str]:
     """Permuted attachments in the order of their first claim (the implementation's own event times)."""
     firsts = []
     for attachment_id in attachment_ids:
@@ -92,7 +93,7 @@ def claim_order(history, final, attachment_ids: list[str]) -> list[str]:
     return [a for _, a in sorted(firsts)]
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     declared = NAME in ((run.get("scenario") or {}).get("checks") or [])
     ends = [e for e in faults(history) if e.get("action") == "permute" and e.get("phase") in ("end", "failed")]
     if not ends:

@@ -20,7 +20,10 @@ check: the commit cannot be attributed. ``ready`` once per job is ``duplicate_ef
 
 from __future__ import annotations
 
-from .base import (INVALID, UNKNOWN, VALID, Verdict, consumer_roles, evidence, seed_of, timing, transitions_of)
+from typing import Any
+
+from ..history import History
+from .base import (INVALID, UNKNOWN, VALID, Verdict, consumer_roles, evidence, seed_of, timing, transitions_of, FinalState, RunInfo)
 from .ack_after_commit import in_flight_at
 from .base import undecided
 from .lease_ownership import pauses, stale_commits
@@ -30,7 +33,7 @@ REQUIREMENTS = ["BE-JOB-006"]
 TIMINGS = ("lease_seconds",)
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     lease = timing(run, "lease_seconds")
     paused = pauses(history, consumer_roles(run))
     if not paused:
@@ -57,7 +60,7 @@ def check(history, final, run) -> Verdict:
             ended = next((t for t in after if t["from"] == "processing"
                           and (not isinstance(t["attempt"], int) or t["attempt"] >= (new_claim["attempt"] or 0))),
                          None)
-            base = dict(attachment_id=attachment_id, events=[stop, cont], stale_attempt=flight["attempt"],
+            base: dict[str, Any] = dict(attachment_id=attachment_id, events=[stop, cont], stale_attempt=flight["attempt"],
                         new_attempt=new_claim["attempt"], new_claim_at=new_claim["at_text"],
                         new_claim_ended_at=ended and ended["at_text"])
             for t in after:

@@ -18,27 +18,30 @@ budget is spent), the job must end ``failed`` with an ``error_code``, within ``m
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..history import History
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok,
-                   seed_of, state_at, timing, transitions_of)
+                   seed_of, state_at, timing, transitions_of, FinalState, RunInfo)
 
 NAME = "permanent_failure"
 REQUIREMENTS = ["BE-JOB-003"]
 DENY_ACTION = "s3_deny"
 
 
-def refusals(history) -> list[dict]:
+def refusals(history: History) -> list[dict[str, Any]]:
     """The ``s3_deny`` start lines whose refusal the harness proved (its own PUT answered 403)."""
     return [e for e in history.of_type("fault") if e.get("action") == DENY_ACTION and e.get("phase") == "start"
             and e.get("probe_status") == 403]
 
 
-def refused_from(start: dict) -> float:
+def refused_from(start: dict[str, Any]) -> float:
     """When the refusal took effect: the policy change (``applied_wall``), before the probe that proved it and the
     line that says so (a run recorded before the field: the line's own time)."""
     return float(start.get("applied_wall") or start["wall"])
 
 
-def met_refusal(history, final, attachment_id: str) -> bool:
+def met_refusal(history: History, final: FinalState, attachment_id: str) -> bool:
     """Whether this job was unfinished when a proven, never lifted refusal of the store began (lost_accepted_work
     leaves its ``failed`` outcome to this checker)."""
     proven = refusals(history)
@@ -47,7 +50,7 @@ def met_refusal(history, final, attachment_id: str) -> bool:
     return state_at(transitions_of(history, final or {}, attachment_id), refused_from(proven[0])) not in TERMINAL_STATES
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
     seed = seed_of(run)
 
@@ -80,7 +83,7 @@ def check(history, final, run) -> Verdict:
         if before in TERMINAL_STATES:
             continue  # done before the refusal
         state, attempt, code = body.get("state"), body.get("attempt"), body.get("error_code")
-        base = dict(attachment_id=attachment_id, events=[start], state=state, attempt=attempt, error_code=code,
+        base: dict[str, Any] = dict(attachment_id=attachment_id, events=[start], state=state, attempt=attempt, error_code=code,
                     state_at_refusal=before, refused_from_wall=refused_from(start))
         if ended is not None:
             notes.append(f"{attachment_id}: the refusal ended before its outcome could be judged")

@@ -28,21 +28,24 @@ waited behind the hold).
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..history import Event, History
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, consumer_roles, evidence, role_kind,
-                   seed_of, timing)
+                   seed_of, timing, FinalState, RunInfo)
 
 NAME = "redundant_publish"
 REQUIREMENTS = ["BE-JOB-004"]
 TIMINGS = ("stale_queued_seconds",)
 
 
-def consumer_holds(history, run) -> list[tuple[float, float, dict]]:
+def consumer_holds(history: History, run: RunInfo) -> list[tuple[float, float, dict[str, Any]]]:
     """(start t, end t, hold_start line) of every interval in which every consumer role was held."""
     consumers = consumer_roles(run)
     if not consumers:
         return []
     last_t = max((e["t"] for e in history), default=0.0)
-    starts: dict = {}
+    starts: dict[Any, Event] = {}
     out = []
     for e in history.of_type("phase"):
         roles = {role_kind(r) for r in (e.get("roles") or [])}
@@ -55,13 +58,13 @@ def consumer_holds(history, run) -> list[tuple[float, float, dict]]:
     return sorted(out, key=lambda w: w[0])
 
 
-def dead_letters_grew(history, start: float, end: float) -> bool:
+def dead_letters_grew(history: History, start: float, end: float) -> bool:
     samples = [e.get("ready") or 0 for e in history.of_type("queue")
                if e.get("dead_letter") and start <= e["t"] <= end and not e.get("kind")]
     return bool(samples) and max(samples) > samples[0]
 
 
-def expired_before(first: dict, later: dict) -> bool:
+def expired_before(first: dict[str, Any], later: dict[str, Any]) -> bool:
     """The earlier message carried a per-message TTL that had run out when the later one was seen."""
     expiration = (first.get("properties") or {}).get("expiration")
     try:
@@ -70,23 +73,23 @@ def expired_before(first: dict, later: dict) -> bool:
         return True  # an expiration we cannot read: do not judge
 
 
-def disturbed(history, start: float, end: float) -> bool:
+def disturbed(history: History, start: float, end: float) -> bool:
     """A fault or an unexpected role exit meanwhile: a publisher that lost its confirm republishes (at-least-once),
     which is not what this checker judges."""
     return any(start <= e["t"] <= end and (e["type"] == "fault" or (e.get("action") == "exit" and not e.get("expected")))
                for e in history.of_type("fault", "role"))
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     holds = consumer_holds(history, run)
     accepted = accepted_attachments(history)
     messages = history.of_type("message")
-    by_job: dict[str, list[dict]] = {}
+    by_job: dict[Any, list[dict[str, Any]]] = {}
     for m in messages:
         job_id = (m.get("body") or {}).get("job_id")
         if job_id:
             by_job.setdefault(job_id, []).append(m)
-    transitions: dict[str, list[dict]] = {}
+    transitions: dict[Any, list[dict[str, Any]]] = {}
     for e in history.of_type("transition"):
         if e.get("from") is not None:  # anything after the acceptance's none -> queued
             transitions.setdefault(e.get("attachment_id"), []).append(e)
@@ -121,7 +124,7 @@ def check(history, final, run) -> Verdict:
                 else:
                     problems.append(item)
     depth = [e for e in history.of_type("queue") if not e.get("dead_letter") and not e.get("kind")]
-    facts = {"jobs_accepted_during_holds": held_jobs,
+    facts: dict[str, Any] = {"jobs_accepted_during_holds": held_jobs,
              "max_work_queue_ready_sampled": max((e.get("ready") or 0 for e in depth), default=None),
              "final_work_queue": ((final or {}).get("queues") or {}).get("work")}
     if problems:

@@ -7,15 +7,18 @@ under either attempt convention of CONTRACT §5 (on the failed→queued transiti
 
 from __future__ import annotations
 
+from typing import Any
+
+from ..history import History
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, attempt_after, evidence, has_capability,
-                   seed_of, transitions_of)
+                   seed_of, transitions_of, FinalState, RunInfo)
 
 NAME = "replay_audit"
 REQUIREMENTS = ["BE-JOB-003"]
 NEEDS = (("events", "capabilities.events (GET /v1/attachments/{id}/events, or [events] sql)"),)
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     replays = [e for e in history.of_type("ok", "fail") if e.get("f") == "replay"]
     if replays and not has_capability(run, "events"):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, f"{len(replays)} replays asked for, but the implementation exposes "
@@ -23,7 +26,7 @@ def check(history, final, run) -> Verdict:
     problems, proven = [], []
     for r in replays:
         attachment_id = r.get("attachment_id")
-        base = dict(attachment_id=attachment_id, events=[r])
+        base: dict[str, Any] = dict(attachment_id=attachment_id, events=[r])
         if r.get("unauthenticated_status") not in (401, 403):
             problems.append(evidence(f"replay without a token answered {r.get('unauthenticated_status')}, not 401",
                                      **base))

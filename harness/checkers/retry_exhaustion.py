@@ -21,11 +21,14 @@ The thresholds scale with the adapter's declared ``retry_base_seconds`` and ``re
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 import re
 from statistics import mean
 
+from ..history import History
 from .base import (INVALID, UNKNOWN, VALID, Verdict, accepted_attachments, evidence, final_read_ok, missing_timings,
-                   operator_replays, seed_of, timing, transitions_of, undecided)
+                   operator_replays, seed_of, timing, transitions_of, undecided, FinalState, RunInfo, declared_timing)
 
 NAME = "retry_exhaustion"
 REQUIREMENTS = ["BE-JOB-003"]
@@ -49,7 +52,7 @@ SPREAD_JITTER = 0.3  # at or above this at some late retry number: jittered
 SPREAD_FLAT = 0.1  # below this on average over the late retry numbers: one delay for every job (no jitter)
 
 
-def _exhausting_arms(history, budget_jobs: int, max_attempts: int) -> list[dict]:
+def _exhausting_arms(history: History, budget_jobs: int, max_attempts: int) -> list[dict[str, Any]]:
     """Failpoint arms whose action is ``error`` on more hits than every accepted job's whole budget."""
     arms = []
     for e in history.of_type("fault"):
@@ -64,13 +67,13 @@ def _exhausting_arms(history, budget_jobs: int, max_attempts: int) -> list[dict]
     return arms
 
 
-def exhausting_arms_of(history, run, accepted: int) -> list[dict]:
+def exhausting_arms_of(history: History, run: RunInfo, accepted: int) -> list[dict[str, Any]]:
     """The exhausting failpoint arms of a run (none when the adapter declares no max_attempts)."""
     max_attempts = timing(run, "max_attempts")
     return [] if max_attempts is None else _exhausting_arms(history, accepted, int(max_attempts))
 
 
-def _fault_window(history, arms: list[dict]) -> tuple[float, float | None, str | None]:
+def _fault_window(history: History, arms: list[dict[str, Any]]) -> tuple[float, float | None, str | None]:
     """(armed at, lifted at or None, why lifted) in run time: the harness records the end of a failpoint kept armed
     until idle (``until = "idle"``) with the reason ``idle`` or ``timeout``; otherwise the heal lifts it."""
     start = min(a.get("t") or 0 for a in arms)
@@ -83,7 +86,7 @@ def _fault_window(history, arms: list[dict]) -> tuple[float, float | None, str |
     return start, (healed[0].get("t") if healed else None), "heal"
 
 
-def _interruptions(history, arms: list[dict], until: float | None) -> list[dict]:
+def _interruptions(history: History, arms: list[dict[str, Any]], until: float | None) -> list[dict[str, Any]]:
     """While the fault should hold, anything that may have taken the armed failpoint away: a disarm, or an
     unexpected exit of the armed instance (the restart after it comes back without failpoints). The harness's own
     restart that arms it is an expected exit."""
@@ -99,16 +102,16 @@ def _interruptions(history, arms: list[dict], until: float | None) -> list[dict]
     return [e for e in out if (e.get("t") or 0) >= start and (until is None or (e.get("t") or 0) < until)]
 
 
-def budget_seconds(run, max_attempts: int) -> float | None:
+def budget_seconds(run: RunInfo, max_attempts: int) -> float | None:
     """A generous bound on how long one job can take to spend its whole budget: every backoff at its ceiling (the
     later-capping reading, n = k) plus a whole lease per attempt. None when the adapter lacks a timing."""
     base, cap, lease = (timing(run, n) for n in ("retry_base_seconds", "retry_cap_seconds", "lease_seconds"))
-    if None in (base, cap, lease):
+    if base is None or cap is None or lease is None:
         return None
-    return sum(min(cap, base * 2 ** min(k, 60)) for k in range(1, max_attempts)) + max_attempts * (lease + 1)
+    return sum(min(cap, base * 2.0 ** min(k, 60)) for k in range(1, max_attempts)) + max_attempts * (lease + 1)
 
 
-def retry_delays(trans: list[dict]) -> list[tuple[int, float]]:
+def retry_delays(trans: list[dict[str, Any]]) -> list[tuple[int, float]]:
     """(retry number k, seconds) for each requeue followed by a claim; k counts requeues within one budget (an
     operator replay, ``failed → queued``, starts a new budget)."""
     out, k = [], 0
@@ -123,11 +126,11 @@ def retry_delays(trans: list[dict]) -> list[tuple[int, float]]:
 
 
 def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap: float,
-                  poll: float | None = None) -> tuple[str, str, dict]:
+                  poll: float | None = None) -> tuple[str, str, dict[str, Any]]:
     """Growth and spread of the delays per retry number: (status, why, facts). ``poll``: the adapter's declared
     ``retry_poll_seconds`` (None: undeclared; the measured scheduling noise alone is discounted)."""
     judged = sorted(k for k, ds in by_retry.items() if len(ds) >= MIN_SAMPLES)
-    facts = {"samples_per_retry": {str(k): len(by_retry[k]) for k in sorted(by_retry)}}
+    facts: dict[str, Any] = {"samples_per_retry": {str(k): len(by_retry[k]) for k in sorted(by_retry)}}
     if jobs < MIN_JOBS or len(judged) < 2:
         return UNKNOWN, (f"too few delays to judge growth: {jobs} jobs retried, {len(judged)} retry numbers with "
                          f"≥ {MIN_SAMPLES} delays (need {MIN_JOBS} jobs and 2 retry numbers)"), facts
@@ -140,7 +143,7 @@ def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap:
     # the mean delay (half the gain of the ceilings), under whichever reading of n (k - 1 or k) promises less.
     def gain(offset: int) -> float:
         def ceiling(k: int) -> float:
-            return min(cap, base * 2 ** min(k - 1 + offset, 60))
+            return min(cap, base * 2.0 ** min(k - 1 + offset, 60))
         return (mean(ceiling(k) for k in late_ks) - mean(ceiling(k) for k in early_ks)) / 2
 
     promised = min(gain(0), gain(1))
@@ -191,17 +194,17 @@ def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap:
                    f"spread across jobs ({spreads})"), facts
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     scenario = run.get("scenario") or {}
     asked = NAME in (scenario.get("checks") or [])
     seed = seed_of(run)
 
-    def not_judged(reason: str, facts=()) -> Verdict:
+    def not_judged(reason: str, facts: Iterable[dict[str, Any]] = ()) -> Verdict:
         return undecided(NAME, REQUIREMENTS, reason, asked, seed, facts)
 
     if missing_timings(run, "max_attempts"):
         return not_judged("the adapter declares no max_attempts")
-    max_attempts = int(timing(run, "max_attempts"))
+    max_attempts = int(declared_timing(run, "max_attempts"))
     accepted = accepted_attachments(history)
     arms = _exhausting_arms(history, len(accepted), max_attempts)
     if not arms:
@@ -238,7 +241,7 @@ def check(history, final, run) -> Verdict:
         for k, d in delays:
             by_retry.setdefault(k, []).append(d)
         claims = sorted({t["attempt"] for t in trans if t["to"] == "processing" and isinstance(t["attempt"], int)})
-        where = {"attachment_id": attachment_id, "job_id": acceptance.get("job_id")}
+        where: dict[str, Any] = {"attachment_id": attachment_id, "job_id": acceptance.get("job_id")}
         late = lift_t is not None and (ended is None or ended > lift_t)
         if len(claims) > budget or (isinstance(attempt, int) and attempt > budget):
             problems.append(evidence(f"claimed for {len(claims)} attempts (attempt {attempt}), beyond the budget of "
@@ -283,16 +286,17 @@ def check(history, final, run) -> Verdict:
                               "role)", events=cut_short[:3]))
     # Backoff, from the events.
     lacking = missing_timings(run, "retry_base_seconds", "retry_cap_seconds")
+    backoff: tuple[str, str, dict[str, Any]]
     if lacking:
         backoff = (UNKNOWN, "the adapter declares no " + " / ".join(lacking) + ": backoff growth cannot be scaled",
                    {})
     elif not by_retry:
         backoff = (UNKNOWN, "no retry delay observed (no processing → queued → processing in the events)", {})
     else:
-        backoff = judge_backoff(by_retry, retried_jobs, timing(run, "retry_base_seconds"),
-                                timing(run, "retry_cap_seconds"), timing(run, "retry_poll_seconds"))
+        backoff = judge_backoff(by_retry, retried_jobs, declared_timing(run, "retry_base_seconds"),
+                                declared_timing(run, "retry_cap_seconds"), timing(run, "retry_poll_seconds"))
     b_status, b_why, b_facts = backoff
-    shown: list[dict] = []  # per-job delays shown with a backoff violation
+    shown: list[dict[str, Any]] = []  # per-job delays shown with a backoff violation
     facts.append(evidence(f"backoff: {b_why}", delays={str(k): v[:20] for k, v in sorted(by_retry.items())},
                           **b_facts))
     if b_status == INVALID:
@@ -317,7 +321,7 @@ def check(history, final, run) -> Verdict:
                    evidence=facts, seed=seed)
 
 
-def _observed_terminal(history) -> dict[str, float]:
+def _observed_terminal(history: History) -> dict[str, float]:
     """attachment_id -> the run time the harness first saw it ready or failed."""
     out: dict[str, float] = {}
     for e in history.of_type("transition"):

@@ -8,16 +8,19 @@ as a note. Evidence: the instance, its exit code, the time, and the tail of its 
 
 from __future__ import annotations
 
-from .base import INVALID, VALID, Verdict, evidence, seed_of, timing
+from typing import Any
+
+from ..history import History
+from .base import INVALID, VALID, Verdict, evidence, seed_of, timing, FinalState, RunInfo
 
 NAME = "role_stability"
 REQUIREMENTS = ["BE-JOB-003"]
 
 
-def fault_intervals(history) -> list[tuple[float, float]]:
+def fault_intervals(history: History) -> list[tuple[float, float]]:
     """(start wall, end wall) of every fault that affects dependencies or processes; open ones run to the end."""
-    starts: dict[tuple, dict] = {}
-    out = []
+    starts: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    out: list[tuple[float, float]] = []
     for e in history.of_type("fault"):
         key = (e.get("action") if e.get("action") != "sigcont" else "sigstop", e.get("service"), e.get("role"))
         if e.get("phase") == "start":
@@ -30,10 +33,11 @@ def fault_intervals(history) -> list[tuple[float, float]]:
     return out
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     grace = max(10.0, 2 * (timing(run, "lease_seconds") or 5.0))
     intervals = fault_intervals(history)
-    crashes, tolerated = [], []
+    crashes: list[dict[str, Any]] = []
+    tolerated: list[dict[str, Any]] = []
     for e in history.of_type("role"):
         if e.get("action") != "exit" or e.get("expected") or e.get("armed"):
             continue

@@ -24,21 +24,24 @@ In a run whose scenario moves role clocks (``clock_skew``, harness/clock.py), a 
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import re
 from collections import Counter
 
 from ..clock import unverified as unverified_skew
+from ..history import History, Operation
 from .base import (INVALID, UNKNOWN, VALID, Verdict, evidence, final_read_ok, missing_timings, parse_time, seed_of,
-                   timing, undecided)
+                   timing, undecided, FinalState, RunInfo)
 
 NAME = "staging_safety"
 REQUIREMENTS = ["BE-JOB-001"]
 TIMINGS = ("staging_retention_seconds", "sweep_interval_seconds")
 
 
-def unresolved_uploads(history) -> list[dict]:
+def unresolved_uploads(history: History) -> list[dict[str, Any]]:
     """The first try of every upload whose outcome stayed unknown: no try of the same sample got a 202 or a refusal."""
-    tries: dict[str, list[dict]] = {}
+    tries: dict[str, list[Operation]] = {}
     for o in history.operations().values():
         if o["invoke"].get("f") == "upload":
             tries.setdefault(o["invoke"].get("sample") or o["invoke"]["op"], []).append(o)
@@ -46,7 +49,7 @@ def unresolved_uploads(history) -> list[dict]:
             if not any(o["complete"] is not None and o["complete"]["type"] in ("ok", "fail") for o in ops)]
 
 
-def grace_of(timings: dict) -> float | None:
+def grace_of(timings: dict[str, Any]) -> float | None:
     """How long after its staging an orphan must be gone: the declared retention, two sweeps and 2 s of slack."""
     retention, sweep = timings.get("staging_retention_seconds"), timings.get("sweep_interval_seconds")
     if retention is None or sweep is None:
@@ -54,11 +57,12 @@ def grace_of(timings: dict) -> float | None:
     return float(retention) + 2 * float(sweep) + 2
 
 
-def staging_layout(final: dict):
+def staging_layout(final: FinalState) -> tuple[str, Callable[[str], bool]] | None:
     """(description, predicate on an object key) of the staging area, from the API's ``original.key``; None when
     staging objects cannot be told apart from variants."""
     records = [(a, r.get("body") or {}) for a, r in (final.get("attachments") or {}).items()]
-    originals = [(a, (b.get("original") or {}).get("key")) for a, b in records if (b.get("original") or {}).get("key")]
+    originals: list[tuple[str, str]] = [(a, b["original"]["key"]) for a, b in records
+                                        if (b.get("original") or {}).get("key")]
     variants = [v.get("key") or "" for _, b in records for v in b.get("variants") or []]
     if not originals:
         return None
@@ -79,15 +83,15 @@ def staging_layout(final: dict):
     return None
 
 
-def skew_not_in_effect(skew: list[dict], notes: list[dict], run) -> Verdict:
+def skew_not_in_effect(skew: list[dict[str, Any]], notes: list[dict[str, Any]], run: RunInfo) -> Verdict:
     return Verdict(NAME, UNKNOWN, REQUIREMENTS,
-                   f"no violation, but the clock offset of {', '.join(sorted({e.get('role') for e in skew}))} is "
-                   f"not shown in effect ({'; '.join(sorted({e.get('status') + ': ' + str(e.get('reason')) for e in skew}))}): "
+                   f"no violation, but the clock offset of {', '.join(sorted({str(e.get('role')) for e in skew}))} is "
+                   f"not shown in effect ({'; '.join(sorted({str(e.get('status')) + ': ' + str(e.get('reason')) for e in skew}))}): "
                    "staging cleanup under clock skew not judged",
                    evidence=[evidence("clock offset not in effect", events=skew)] + notes, seed=seed_of(run))
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     if not final_read_ok(final):
         return Verdict(NAME, UNKNOWN, REQUIREMENTS, "final state could not be read", seed=seed_of(run))
     problems = []
@@ -152,8 +156,8 @@ def check(history, final, run) -> Verdict:
         return skew_not_in_effect(skew, notes, run)
     young = [o for o in orphans if o not in expired]
     if young:  # the final read came before their retention ran out: their cleanup was not put to the test
-        ages = [round(read_at - parse_time(o.get("last_modified")), 1) for o in young
-                if read_at and parse_time(o.get("last_modified"))]
+        ages = [round(read_at - modified, 1) for o in young
+                if read_at and (modified := parse_time(o.get("last_modified")))]
         return undecided(NAME, REQUIREMENTS, f"originals intact; {len(young)} young orphans under {staging!r} (aged "
                          f"{min(ages, default='?')}-{max(ages, default='?')} s at the final read, retention + grace "
                          f"{grace} s): their cleanup not judged", asked, seed_of(run),

@@ -41,9 +41,12 @@ relies on this check, else a note.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .ack_after_commit import hold_intervals, in_flight_at
+from ..history import Event, History
 from .base import (INVALID, TERMINAL_STATES, UNKNOWN, VALID, Verdict, consumer_roles, evidence, recovering_roles,
-                   role_kind, seed_of, timing, transitions_of)
+                   role_kind, seed_of, timing, transitions_of, FinalState, RunInfo)
 from .lease_ownership import pauses
 
 NAME = "stale_ack"
@@ -54,7 +57,7 @@ TRACE_LAG_SECONDS = 1.0
 MIN_SAMPLES = 3
 
 
-def probe_phases(history) -> list[tuple[dict, dict | None]]:
+def probe_phases(history: History) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
     """(resume_probe_start, resume_probe_end or None) phase pairs."""
     phases = history.of_type("phase")
     out = []
@@ -65,7 +68,7 @@ def probe_phases(history) -> list[tuple[dict, dict | None]]:
     return out
 
 
-def messages(sample: dict) -> int:
+def messages(sample: dict[str, Any]) -> int:
     """Messages of the work queue in a probe sample: the exact ready count (now), or the management snapshot's
     ready + unacked (one consistent, possibly stale, instant: a delivery moving between ready and unacked, or a
     nack, never shows there as an empty queue), whichever is larger."""
@@ -73,7 +76,7 @@ def messages(sample: dict) -> int:
     return max(sample.get("ready") or 0, snapshot)
 
 
-def judge(attachment_id: str, samples: list[dict], lag: float) -> tuple[str, str, dict]:
+def judge(attachment_id: str, samples: list[dict[str, Any]], lag: float) -> tuple[str, str, dict[str, Any]]:
     """(status, why, facts) for one held job over the probe's samples (in order)."""
     seen = [s for s in samples if attachment_id in (s.get("states") or {})]
     if not seen:
@@ -83,7 +86,7 @@ def judge(attachment_id: str, samples: list[dict], lag: float) -> tuple[str, str
         return VALID, f"left processing ({left['states'][attachment_id]}) during the probe", {
             "outcome": left["states"][attachment_id], "outcome_t": left["t"]}
     # From here on the job was processing in every sample: are there messages, and whose?
-    usable = []
+    usable: list[Event | None] = []
     for s in seen:
         unfinished = [a for a, st in (s.get("states") or {}).items() if st not in TERMINAL_STATES]
         if unfinished != [attachment_id] or s.get("ready") is None or s.get("unacked") is None:
@@ -93,14 +96,14 @@ def judge(attachment_id: str, samples: list[dict], lag: float) -> tuple[str, str
     if usable[-1] is None:
         return UNKNOWN, "the last sample could not be attributed to this job (another unfinished job, or a count " \
                         "missing)", {}
-    streak = []
-    for s in reversed(usable):
-        if s is None or messages(s) > 0:
+    streak: list[Event] = []
+    for sample in reversed(usable):
+        if sample is None or messages(sample) > 0:
             break
-        streak.append(s)
+        streak.append(sample)
     streak.reverse()
     last = usable[-1]
-    facts = {"last_sample": {"t": last["t"], "wall": last["wall"], "ready": last["ready"],
+    facts: dict[str, Any] = {"last_sample": {"t": last["t"], "wall": last["wall"], "ready": last["ready"],
                              "stats_ready": last.get("stats_ready"), "unacked": last["unacked"],
                              "consumers": last.get("consumers")}}
     if not streak:
@@ -116,7 +119,7 @@ def judge(attachment_id: str, samples: list[dict], lag: float) -> tuple[str, str
                     f"the statistics lag ({lag:g}s), inconclusive", facts
 
 
-def only_consumer(history, consumers: frozenset[str], stop: dict) -> bool:
+def only_consumer(history: History, consumers: frozenset[str], stop: dict[str, Any]) -> bool:
     """Whether the paused instance was the only consumer instance started before the pause (so every delivery traced
     before it went to the paused owner)."""
     started = {e.get("role") for e in history.of_type("role") if e.get("action") == "start"
@@ -124,7 +127,7 @@ def only_consumer(history, consumers: frozenset[str], stop: dict) -> bool:
     return started <= {stop.get("role")}
 
 
-def given_back(history, final, attachment_id: str, trans: list[dict], stop: dict, cont: dict) -> tuple[str, str, dict]:
+def given_back(history: History, final: FinalState, attachment_id: str, trans: list[dict[str, Any]], stop: dict[str, Any], cont: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(status, why, facts) for the delivery a paused owner held when its job was recovered while it slept."""
     deliveries = [e for e in history.of_type("delivery") if e.get("attachment_id") == attachment_id]
     # The firehose's copy of a delivery reaches the harness a little after the delivery itself (which came before the
@@ -154,7 +157,8 @@ def given_back(history, final, attachment_id: str, trans: list[dict], stop: dict
                     "the message being acknowledged", facts
 
 
-def after_recovery(history, final, run, consumers, ids, stop, cont, lease) -> list[tuple[str, dict]]:
+def after_recovery(history: History, final: FinalState, run: RunInfo, consumers: frozenset[str], ids: list[str],
+                   stop: Event, cont: Event, lease: float) -> list[tuple[str, dict[str, Any]]]:
     """(status, evidence) for each job a paused owner held whose job was recovered while it slept (recovery not
     held): was its delivery given back? [] when there is none, or the deliveries cannot be attributed."""
     if not only_consumer(history, consumers, stop):
@@ -176,7 +180,7 @@ def after_recovery(history, final, run, consumers, ids, stop, cont, lease) -> li
     return out
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     consumers, recovering = consumer_roles(run), recovering_roles(run)
     paused = pauses(history, consumers)
     if not paused:
@@ -192,10 +196,13 @@ def check(history, final, run) -> Verdict:
     queue_samples = [q for q in history.of_type("queue") if q.get("kind") == "resume_probe"]
     ids = sorted(set((final or {}).get("attachments", {})) |
                  {e["attachment_id"] for e in history.of_type("transition") if e.get("attachment_id")})
-    problems, proven, unknowns, notes = [], [], [], []
+    problems: list[dict[str, Any]] = []
+    proven: list[dict[str, Any]] = []
+    unknowns: list[dict[str, Any]] = []
+    notes: list[str] = []
     asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
 
-    def judged_after_recovery(stop, cont) -> bool:
+    def judged_after_recovery(stop: Event, cont: Event) -> bool:
         """The pause judged by what its owner's delivery did after the job was recovered (no probe to read): each
         finding filed; an unknown where the scenario does not ask for this checker is a note. False: nothing to judge."""
         judged = after_recovery(history, final, run, consumers, ids, stop, cont, lease)
@@ -237,7 +244,7 @@ def check(history, final, run) -> Verdict:
             flight = in_flight_at(trans, stop["wall"])
             if flight is None:
                 continue
-            base = dict(attachment_id=attachment_id, events=[stop, cont, p_start] + ([p_end] if p_end else []),
+            base: dict[str, Any] = dict(attachment_id=attachment_id, events=[stop, cont, p_start] + ([p_end] if p_end else []),
                         attempt=flight["attempt"], processing_since=flight["at_text"],
                         paused_wall=stop["wall"], resumed_wall=cont["wall"],
                         paused_seconds=round(cont["wall"] - stop["wall"], 2), lease_seconds=lease,

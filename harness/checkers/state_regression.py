@@ -11,16 +11,19 @@ error_code). The states seen by polling during the run must also never go from
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..vocabulary import CONTRACT_STATES
+from ..history import History
 from .base import (ALLOWED_TRANSITIONS, EXPIRY_TRANSITION, INVALID, UNKNOWN, VALID, Verdict, evidence, expiry_code,
-                   has_capability, operator_replays, seed_of, transitions_of)
+                   has_capability, operator_replays, seed_of, transitions_of, FinalState, RunInfo)
 
 NAME = "state_regression"
 REQUIREMENTS = ["BE-JOB-002", "BE-JOB-006"]
 NEEDS = (("events", "capabilities.events (GET /v1/attachments/{id}/events, or [events] sql)"),)
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     problems = []
     ids = set(final.get("attachments", {}) if final else {}) | {
         e["attachment_id"] for e in history.of_type("transition", "state") if e.get("attachment_id")}
@@ -32,7 +35,7 @@ def check(history, final, run) -> Verdict:
         previous = None
         for index, t in enumerate(trans):
             pair = (t["from"], t["to"])
-            where = dict(attachment_id=attachment_id, seq=t["seq"], at=t["at_text"], attempt=t["attempt"],
+            where: dict[str, Any] = dict(attachment_id=attachment_id, seq=t["seq"], at=t["at_text"], attempt=t["attempt"],
                          actor=t["actor"], reason=t["reason"], history_line=t["line"])
             if index == 0 and t["from"] is not None:
                 problems.append(evidence(f"first transition starts from {t['from']!r}, not null", **where))

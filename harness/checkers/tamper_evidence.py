@@ -19,14 +19,15 @@ offset) reports a change the same way: a ``tamper`` line with ``found="changed"`
 
 from __future__ import annotations
 
-from .base import TAMPERED, UNKNOWN, VALID, Verdict, evidence, seed_of, undecided
+from ..history import History
+from .base import TAMPERED, UNKNOWN, VALID, Verdict, evidence, seed_of, undecided, FinalState, RunInfo
 
 NAME = "tamper_evidence"
 REQUIREMENTS: list[str] = []
 NETWORK_ACTIONS = ("toxic", "partition_broker_node")
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     scenario = (run.get("scenario") or {}).get("name")
     lines = history.of_type("tamper")
     changed = [e for e in lines if e.get("found") == "changed" and not e.get("summary")]

@@ -15,15 +15,18 @@ this check, else not exercised.
 
 from __future__ import annotations
 
-from .base import INVALID, VALID, Verdict, evidence, seed_of, undecided
+from typing import Any
+
+from ..history import History
+from .base import INVALID, VALID, Verdict, evidence, seed_of, undecided, FinalState, RunInfo
 
 NAME = "upload_idempotency"
 REQUIREMENTS = ["BE-JOB-001", "BE-JOB-002"]
 
 
-def probes(history) -> dict[str, dict]:
+def probes(history: History) -> dict[str, dict[str, Any]]:
     """(of, probe) -> {"invoke": first try, "answer": the last known answer (ok / fail) or None, "tries": [...]}."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for o in history.operations().values():
         invoke = o["invoke"]
         if invoke.get("f") != "idempotency":
@@ -36,16 +39,16 @@ def probes(history) -> dict[str, dict]:
     return out
 
 
-def good_uploads_refused(history) -> tuple[list[dict], int]:
+def good_uploads_refused(history: History) -> tuple[list[dict[str, Any]], int]:
     """(evidence of each good upload whose answer was a 4xx refusal, number of good uploads answered at all)."""
-    samples: dict[str, dict] = {}
+    samples: dict[str, dict[str, Any]] = {}
     for o in history.operations().values():
         invoke = o["invoke"]
         if invoke.get("f") != "upload" or invoke.get("kind") != "good":
             continue
-        sample = samples.setdefault(invoke.get("sample") or invoke["op"], {"invoke": invoke, "answers": []})
+        entry = samples.setdefault(invoke.get("sample") or invoke["op"], {"invoke": invoke, "answers": []})
         if o["complete"] is not None and o["complete"]["type"] in ("ok", "fail"):
-            sample["answers"].append(o["complete"])
+            entry["answers"].append(o["complete"])
     found = []
     for sample, item in sorted(samples.items()):
         refusals = [a for a in item["answers"] if a["type"] == "fail" and 400 <= int(a.get("status") or 0) < 500]
@@ -56,7 +59,7 @@ def good_uploads_refused(history) -> tuple[list[dict], int]:
     return found, sum(1 for item in samples.values() if item["answers"])
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     asked = NAME in ((run.get("scenario") or {}).get("checks") or [])
     problems, answered_good = good_uploads_refused(history)
     notes = []
@@ -76,7 +79,7 @@ def check(history, final, run) -> Verdict:
                                   events=[invoke, answer], of=invoke.get("of")))
             continue
         judged += 1
-        base = dict(attachment_id=original.get("attachment_id"), job_id=original.get("job_id"),
+        base: dict[str, Any] = dict(attachment_id=original.get("attachment_id"), job_id=original.get("job_id"),
                     events=[original, invoke, answer], of=invoke.get("of"),
                     idempotency_key=invoke.get("idempotency_key"), status=answer.get("status"))
         if kind == "repeat":

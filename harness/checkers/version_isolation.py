@@ -21,19 +21,23 @@ Nothing of an implementation's wording, key layout or tables is assumed.
 
 from __future__ import annotations
 
-from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, final_events, not_proven, seed_of
+from typing import Any
+
+from ..history import Event, History
+from .base import INVALID, UNKNOWN, VALID, Verdict, evidence, final_events, not_proven, seed_of, FinalState, RunInfo
 
 NAME = "version_isolation"
 REQUIREMENTS = ["BE-JOB-002"]
 TERMINAL = ("ready", "failed")
 
 
-def _variants_sig(variants) -> tuple:
+def _variants_sig(variants: list[dict[str, Any]] | None) -> tuple[tuple[str, str, str], ...]:
     return tuple(sorted((str(v.get("name")), str(v.get("key")), str(v.get("sha256"))) for v in variants or []))
 
 
-def _final_versions(final: dict) -> dict[str, list]:
-    out = {}
+def _final_versions(final: FinalState) -> dict[Any, list[dict[str, Any]]]:
+    """attachment id -> its versions[] at the final read."""
+    out: dict[Any, list[dict[str, Any]]] = {}
     for attachment_id, record in ((final or {}).get("attachments") or {}).items():
         body = record.get("body") or {}
         if isinstance(body.get("versions"), list):
@@ -41,7 +45,7 @@ def _final_versions(final: dict) -> dict[str, list]:
     return out
 
 
-def check(history, final, run) -> Verdict:
+def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     asked = [e for e in history.of_type("ok", "fail") if e.get("f") == "reprocess"]
     seen = history.of_type("versions")
     finals = _final_versions(final)
@@ -54,13 +58,13 @@ def check(history, final, run) -> Verdict:
         return Verdict(NAME, UNKNOWN, REQUIREMENTS,
                        f"{len(asked)} reprocess calls made, but GET shows no versions[] (docs/CONTRACT.md level 5): "
                        "which versions exist and what each published cannot be observed", seed=seed_of(run))
-    problems: list[dict] = []
-    proven: list[dict] = []
-    stopped = {e.get("pipeline_version") for e in history.of_type("fault") if e.get("action") == "stop_version"}
+    problems: list[dict[str, Any]] = []
+    proven: list[dict[str, Any]] = []
+    stopped: set[Any] = {e.get("pipeline_version") for e in history.of_type("fault") if e.get("action") == "stop_version"}
 
     # The operator call: refused without a token, idempotent when repeated.
     for r in asked:
-        base = dict(attachment_id=r.get("attachment_id"), events=[r])
+        base: dict[str, Any] = dict(attachment_id=r.get("attachment_id"), events=[r])
         if r.get("unauthenticated_status") not in (401, 403):
             problems.append(evidence(f"reprocess without a token answered {r.get('unauthenticated_status')}, "
                                      "not 401/403", **base))
@@ -75,9 +79,10 @@ def check(history, final, run) -> Verdict:
                                      **base))
 
     # Each version once ready stays ready with the same result; the served attachment never leaves ready.
-    first_ready: dict[tuple, tuple] = {}  # (attachment, version) -> (signature, line)
-    served_ready: dict[str, dict] = {}
-    observations = [(e, e.get("attachment_id"), e.get("versions") or [], e.get("served_state")) for e in seen]
+    first_ready: dict[tuple[Any, Any], tuple[Any, ...]] = {}  # (attachment, version) -> (signature, line)
+    served_ready: dict[Any, dict[str, Any]] = {}
+    observations: list[tuple[Event | None, Any, Any, Any]] = [
+        (e, e.get("attachment_id"), e.get("versions") or [], e.get("served_state")) for e in seen]
     observations += [(None, a, [{"pipeline_version": v.get("pipeline_version"), "state": v.get("state"),
                                  "variants": v.get("variants")} for v in vs],
                       ((final.get("attachments") or {}).get(a, {}).get("body") or {}).get("state"))
@@ -139,7 +144,7 @@ def check(history, final, run) -> Verdict:
 
     # One ready per (attachment, version), when the events name the version.
     for attachment_id in finals:
-        readies: dict = {}
+        readies: dict[str, Any] = {}
         for ev in final_events(final, attachment_id):
             if ev.get("to") == "ready" and ev.get("pipeline_version") is not None:
                 readies.setdefault(ev["pipeline_version"], []).append(ev.get("seq"))
