@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
-import time
 from pathlib import Path
 
 from .defaults import DEFAULT_PARALLEL
@@ -32,9 +30,9 @@ def _progress(text: str) -> None:
 
 
 def _seed(value) -> int:
-    if value is not None:
-        return int(value)
-    return int.from_bytes(os.urandom(4), "big") % 1_000_000
+    from .run_driver import draw_seed  # the one seed drawing of every command (printed by each)
+
+    return draw_seed(value)
 
 
 def cmd_scenarios(args) -> int:
@@ -69,27 +67,16 @@ def cmd_run(args) -> int:
     from . import adapter as adapter_mod
     from . import scenarios
     from .runner import ScenarioRun
-    from .stack import Stack
 
     scenario = scenarios.find(args.scenario)
     adapter = adapter_mod.load(args.sut)
     seed = _seed(args.seed)
     print(f"scenario {scenario.name}, implementation {adapter.name}, seed {seed}", flush=True)
-    from .errors import InfrastructureError, retry_once
+    from .run_driver import start_stack
 
-    began = time.monotonic()
-    nodes = scenario.rabbitmq_nodes  # a cluster scenario gets a private cluster of that many nodes
-
-    def start():
-        try:
-            return Stack.start(Path(args.stack_dir) if args.stack_dir else None, keep_data=args.keep_data,
-                               rabbitmq_nodes=nodes)
-        except Exception as exc:  # the grader's own services: exit 3 after one retry
-            raise InfrastructureError("the stack did not start", exc) from exc
-
-    stack = retry_once(start, _progress, "starting the stack")
-    print(f"stack up in {time.monotonic() - began:.1f}s" + (f" ({nodes} RabbitMQ nodes)" if nodes > 1 else ""),
-          flush=True)
+    # the grader's own services (a cluster scenario: a private cluster of that many nodes): exit 3 after one retry
+    stack, _ = start_stack(Path(args.stack_dir) if args.stack_dir else None, progress=_progress,
+                           keep_data=args.keep_data, rabbitmq_nodes=scenario.rabbitmq_nodes, retry=True)
     try:
         run = ScenarioRun(scenario, adapter, stack, seed, args.level, run_dir=args.run_dir, progress=_progress)
         results = run.execute()
@@ -173,24 +160,15 @@ def cmd_grade_many(args) -> int:
 
 
 def cmd_soak(args) -> int:
-    from .soak import SoakError
     from .soak_command import run_command
 
-    try:
-        return run_command(args, _progress)
-    except SoakError as exc:
-        print(f"harness: {exc}", file=sys.stderr)
-        return 2
+    return run_command(args, _progress)  # a SoakError is a HarnessError: main() prints it, exit 2
 
 
 def cmd_explore(args) -> int:
-    from .explore import ExploreError, run_command
+    from .explore import run_command
 
-    try:
-        return run_command(args, _progress)
-    except ExploreError as exc:
-        print(f"harness: {exc}", file=sys.stderr)
-        return 2
+    return run_command(args, _progress)  # an ExploreError is a HarnessError: main() prints it, exit 2
 
 
 def cmd_mutate(args) -> int:
@@ -201,26 +179,21 @@ def cmd_mutate(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .grade import recheck_grade
-    from .runner import check_run_dir
+    from .run_driver import recheck
 
     run_dir = Path(args.run_dir)
     stored_path = run_dir / "results.json"
     stored = json.loads(stored_path.read_text()) if stored_path.exists() else None
-    if stored and stored.get("kind") == "soak":
-        from .soak import exit_code, recheck
+    kind, results = recheck(run_dir, write=not args.no_write)  # a run, a grade or a soak, by what it stored
+    if kind == "soak":
+        from .soak import exit_code
 
-        results = recheck(run_dir)
         s = results["summary"]
         print(f"soak re-checked: {s['seeds']} seeds, {len(s['false_alarms'])} false alarms, "
               f"{len(s['unknowns'])} unknown verdicts (was {len(stored['summary']['false_alarms'])} false alarms)")
         for alarm in s["false_alarms"]:
             print(f"  FALSE ALARM seed {alarm['seed']}: {alarm['invariant']}: {alarm['summary']}")
         return exit_code(s)
-    if stored and stored.get("kind") == "grade":
-        results = recheck_grade(run_dir)
-    else:
-        results = check_run_dir(run_dir, write=not args.no_write)
     print(f"verdict: {results['verdict'].upper()}")
     _print_verdict(results)
     for scenario in results.get("scenarios", []):
@@ -443,8 +416,11 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # output piped into `head`: not an error of ours
         return 0
     except Exception as exc:  # configuration errors etc.: exit 2 (unknown/error), with the reason
-        from .errors import EXIT_INFRASTRUCTURE, is_infrastructure
+        from .errors import EXIT_INFRASTRUCTURE, HarnessError, is_infrastructure
 
+        if isinstance(exc, HarnessError) and not is_infrastructure(exc):  # said in one line, its own exit code
+            print(f"harness: {exc}", file=sys.stderr)
+            return exc.exit_code
         if is_infrastructure(exc):  # the grader's own infrastructure (already retried once): exit 3
             print(f"harness: infrastructure failure (not the implementation's): {type(exc).__name__}: {exc}",
                   file=sys.stderr)

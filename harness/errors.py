@@ -1,4 +1,5 @@
-"""Exit codes a CI can act on, and the one error type for the grader's own infrastructure failing.
+"""Exit codes a CI can act on, and the one error type of the commands (:class:`HarnessError`), with the grader's own
+infrastructure failing as its exit-3 kind.
 
 - 0: valid;
 - 1: invalid, or tampered (the harness's faults were changed under the run: a failure, never a pass);
@@ -24,8 +25,22 @@ EXIT_BY_VERDICT = {"valid": EXIT_VALID, "pass": EXIT_VALID, "invalid": EXIT_INVA
 INFRASTRUCTURE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EMFILE, errno.ENFILE}
 
 
-class InfrastructureError(RuntimeError):
+class HarnessError(Exception):
+    """The one error type of the commands: what went wrong, said in one line, and the exit code it asks for. The
+    CLI (harness/cli.py ``main``) prints ``harness: <message>`` on stderr and exits with :attr:`exit_code`."""
+
+    exit_code = EXIT_UNKNOWN
+
+
+class UsageError(HarnessError, ValueError):
+    """The command was asked for something it cannot do (a bad option, an adapter refused, an unknown name): exit 2,
+    before anything is started."""
+
+
+class InfrastructureError(HarnessError, RuntimeError):
     """The grader's own infrastructure failed (not the implementation under test): exit code 3."""
+
+    exit_code = EXIT_INFRASTRUCTURE
 
     def __init__(self, what: str, cause: BaseException | None = None):
         text = what if cause is None else f"{what}: {type(cause).__name__}: {cause}"

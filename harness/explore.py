@@ -26,6 +26,8 @@ from pathlib import Path
 
 
 from . import soak as soak_mod
+from .errors import UsageError
+from .run_driver import busy_roles, draw_seed, start_stack
 
 SLOT_SECONDS = 0.25
 SPAN = 6.0  # the workload is spread over this many seconds
@@ -36,8 +38,8 @@ FAILPOINT_TIMEOUT = 25  # a crash window not entered within this (the workload e
 VARIANTS = 255
 
 
-class ExploreError(ValueError):
-    pass
+class ExploreError(UsageError):
+    """An exploration asked for something it cannot do: exit 2 (harness/errors.py)."""
 
 
 def parse_budget(text: str) -> float:
@@ -88,9 +90,7 @@ def faults_of(adapter, picks: list[Pick]) -> list[dict]:
     faults: list[dict] = []
     for pick in picks:
         at = round(max(1, pick.slot) * SLOT_SECONDS, 2)
-        armed = {adapter.window_role(f["window"]) for f in faults if f["action"] == "failpoint"}
-        struck = {f.get("role") for f in faults if f["action"] in ("sigkill", "sigstop")} | {
-            r for f in faults if f["action"] == "hold" for r in f["hold"]}
+        armed, struck = busy_roles(adapter, faults)
         rng = random.Random(pick.variant)
         spare = [] if any(f["action"] == "permute" for f in faults) else consumers
         fault = soak_mod.draw_one(pick.kind, rng, adapter, at, [r for r in adapter.roles if r not in armed], spare,
@@ -189,10 +189,7 @@ def explore(adapter, sut: str, *, budget: float, seed: int, level: int | None = 
     progress(f"reports: {out}")
     own_stack = stack is None
     if own_stack:
-        from .stack import Stack
-
-        stack = Stack.start(out / "stack", keep_data=keep_data)
-        progress(f"stack up in {time.monotonic() - began:.1f}s")
+        stack, _ = start_stack(out / "stack", progress=progress, keep_data=keep_data)  # exit 3 if it fails
     runs: list[dict] = []
     failing: list[tuple[Case, dict]] = []
 
@@ -282,8 +279,6 @@ def explore(adapter, sut: str, *, budget: float, seed: int, level: int | None = 
 
 def run_command(args, progress=print) -> int:
     """`harness explore`: 1 when a failing case was found (its replay printed), 0 when none within the budget."""
-    import os
-
     from . import adapter as adapter_mod
     from .adapter_check import check, render
 
@@ -294,7 +289,7 @@ def run_command(args, progress=print) -> int:
         print(render(report), file=sys.stderr)
         raise ExploreError("explore refused: fix the adapter file (harness adapter check FILE lists the same problems)")
     adapter = adapter_mod.load(args.sut)
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big") % 1_000_000
+    seed = draw_seed(args.seed)
     results, out = explore(adapter, args.sut, budget=parse_budget(args.budget), seed=seed, level=args.level,
                            kinds=args.kinds.split(",") if args.kinds else None, max_faults=args.max_faults,
                            reports_dir=Path(args.reports) if args.reports else None, progress=progress,

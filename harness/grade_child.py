@@ -164,8 +164,8 @@ class FileGate:
     """Several submissions on one stack (``--jobs N``), each in its own process: scenarios run under the shared side,
     side by side; a scenario that restarts a shared service (and the tidy-up between submissions) under the
     exclusive side, alone. An exclusive request waiting holds the turnstile, so new shared holders wait behind it.
-    Each acquisition opens the files anew (its own lock), waits in short non-blocking tries (an interrupt is seen at
-    once), and a holder that dies releases its lock with its descriptors."""
+    Each acquisition opens the files anew (its own lock) and waits in ``flock`` (a stop signal's handler ends the
+    wait), and a holder that dies releases its lock with its descriptors."""
 
     def __init__(self, folder: Path | None = None):
         self._dir = Path(tempfile.mkdtemp(prefix="harness-gate-", dir=folder))
@@ -179,13 +179,9 @@ class FileGate:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         with self._lock:
             self._open.add(fd)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                    return fd
-                except BlockingIOError:
-                    time.sleep(0.05)
+        try:  # blocking: a signal's handler that raises (the child's stop) ends the wait, as any other
+            fcntl.flock(fd, mode)
+            return fd
         except BaseException:
             self._release(fd)
             raise
@@ -309,6 +305,7 @@ def child_main(job, conn) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops it (SIGTERM), after its own Ctrl-C
     outcome: dict = {"ended": "error", "error": "the grade ended without an outcome"}
+    templates_before: set = set()
     try:
         from .grade import grade
         from .grade_many import start_problem
@@ -323,6 +320,7 @@ def child_main(job, conn) -> None:
                     raise DidNotStart(problem)
 
         extra = {"gate": job.gate} if job.gate is not None else {}
+        templates_before = set(getattr(job.stack, "_templates", {}))
         results, grade_dir = grade(job.adapter, job.level, job.seed, only=job.only,
                                    stack=StackInChild(job.stack, channel), reports_dir=job.folder, progress=progress,
                                    **extra)
@@ -336,6 +334,7 @@ def child_main(job, conn) -> None:
             outcome = {"ended": "error", "error_type": type(exc).__name__, "error": str(exc)}
     try:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the tidy-up below is not cut short
+        _drop_own_templates(job.stack, templates_before)
         from .grade_many import roles_running
 
         labels = {pid: f"role {key.split('/', 1)[1]}" for key, pid in roles_running(job.folder).items()}
@@ -343,3 +342,14 @@ def child_main(job, conn) -> None:
         channel.send(("done", outcome))
     finally:
         os._exit(0)
+
+
+def _drop_own_templates(stack, before: set) -> None:
+    """The database templates this child made ([setup] template = true) are known to its copy of the stack only:
+    dropped here, best effort, so none outlives the submission it was made for."""
+    made = [t for key, t in (getattr(stack, "_templates", None) or {}).items() if key not in before and t.ok]
+    for template in made:
+        try:
+            stack.postgres.drop_template(template.database)
+        except Exception:  # noqa: BLE001 - the stack's data folder goes with the stack anyway
+            pass

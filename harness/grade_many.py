@@ -304,9 +304,20 @@ class SubmissionGrade:
         return ended
 
     def interrupt(self) -> None:
-        """Stop this grade from another thread (the whole run interrupted while it ran beside others)."""
-        if self.process is not None and self.process.is_alive():
-            self.stop()
+        """Stop this grade from another thread (the whole run interrupted while it ran beside others). The thread
+        running it keeps reading the child's pipe (its calls answered, its outcome taken): this one only signals the
+        child and waits for it, killing its tree if it does not exit."""
+        if self.process is None or not self.process.is_alive():
+            return
+        try:
+            os.kill(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        self.process.join(GRACEFUL_STOP_SECONDS)
+        if self.process.is_alive():
+            labels = {pid: f"role {key.split('/', 1)[1]}" for key, pid in roles_running(self.folder).items()}
+            kill_tree(self.process.pid, self.say, labels)
+            self.process.join(10)
 
     def stop(self) -> dict | None:
         """Tell the child to stop (SIGTERM: its grade's teardown stops its roles, then it kills by PID whatever is
@@ -406,20 +417,16 @@ class ClassGrade:
 
     def _ensure_stack(self):
         if self.stack is None and self.stack_error is None:
-            from .stack import Stack
+            from .errors import InfrastructureError
+            from .run_driver import start_stack
 
             self.say("starting the shared stack (PostgreSQL, RabbitMQ, SeaweedFS, Toxiproxy) ...")
-            began = time.monotonic()
-            for attempt in (1, 2):  # an infrastructure failure is retried once by itself, then reported (exit 3)
-                try:
-                    self.stack = Stack.start(self.out / ("stack" if attempt == 1 else "stack-retry"))
-                    self.say(f"stack up in {time.monotonic() - began:.1f}s")
-                    break
-                except Exception as exc:
-                    self.stack_error = f"the shared stack did not start: {type(exc).__name__}: {exc}"
-                    self.say(self.stack_error + ("; retrying once" if attempt == 1 else ""))
-            if self.stack is not None:
-                self.stack_error = None
+            try:  # an infrastructure failure is retried once by itself, then reported (exit 3): every row says it
+                self.stack, _ = start_stack(self.out / "stack", progress=self.say, retry=True,
+                                            what="the shared stack")
+            except InfrastructureError as exc:
+                self.stack_error = str(exc)
+                self.say(self.stack_error)
         return self.stack
 
     def stop_stack(self) -> None:

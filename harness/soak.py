@@ -22,6 +22,8 @@ from pathlib import Path
 
 from chaos import kinds as fault_kinds
 
+from .errors import UsageError
+from .run_driver import busy_roles, start_stack
 from .seeding import stream
 
 NEMESES = ("random", "none")
@@ -46,8 +48,8 @@ FIGURES = ("uploads", "accepted", "ready", "failed", "faults_scheduled", "faults
            "regressions")
 
 
-class SoakError(ValueError):
-    pass
+class SoakError(UsageError):
+    """A soak asked for something it cannot do: exit 2 (harness/errors.py)."""
 
 
 # --- drawing a schedule ---------------------------------------------------------------------------------------------
@@ -93,9 +95,7 @@ def draw_schedule(adapter, seed: int, uploads: int = DEFAULT_UPLOADS, level: int
         at = round(rng.uniform(0.3, max(0.6, 0.7 * span)), 2)
         # A role armed with a failpoint takes no other process fault: arming restarts it with FAILPOINTS set, and
         # a second arm, a kill (restarted without failpoints) or a hold would disarm it before its window came.
-        armed = {adapter.window_role(f["window"]) for f in faults if f["action"] == "failpoint"}
-        struck = {f.get("role") for f in faults if f["action"] in ("sigkill", "sigstop")} | {
-            r for f in faults if f["action"] == "hold" for r in f["hold"]}
+        armed, struck = busy_roles(adapter, faults)
         fault = draw_one(kind, rng, adapter, at, [r for r in roles if r not in armed], spare, armed | struck)
         if fault is None:  # nothing this kind may target in this seed (e.g. every consumer held by a permute)
             fault = {"action": "toxic", "service": rng.choice(SERVICES), "toxic": "latency",
@@ -392,10 +392,7 @@ def soak(adapter, sut: str, seeds: list[int], *, uploads: int = DEFAULT_UPLOADS,
     progress(f"reports: {soak_dir}")
     own_stack = stack is None
     if own_stack:
-        from .stack import Stack
-
-        stack = Stack.start(soak_dir / "stack", keep_data=keep_data)
-        progress(f"stack up in {time.monotonic() - began:.1f}s")
+        stack, _ = start_stack(soak_dir / "stack", progress=progress, keep_data=keep_data)  # exit 3 if it fails
     entries: dict[int, dict] = {}
     lock = threading.Lock()
     active: dict[str, ScenarioRun] = {}

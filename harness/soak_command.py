@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from .soak import NEMESES, SoakError, exit_code, seeds_from, soak
+from .run_driver import draw_seed
 from .soak_long import soak_long
 
 
 def run_command(args, progress=print) -> int:
     """`harness soak` from parsed arguments: checks them, runs, prints the totals, returns the exit code."""
-    import os
 
     from . import adapter as adapter_mod
     from .adapter_check import check, render
@@ -25,7 +25,7 @@ def run_command(args, progress=print) -> int:
         print(render(report), file=sys.stderr)
         raise SoakError("soak refused: fix the adapter file (harness adapter check FILE lists the same problems)")
     adapter = adapter_mod.load(args.sut)
-    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "big") % 1_000_000
+    seed = draw_seed(args.seed)
     if getattr(args, "seeds", None) is None:  # no --seeds: ONE long run (harness/soak_long.py)
         return _run_long(args, adapter, seed, progress)
     seeds = seeds_from(seed, args.seeds)

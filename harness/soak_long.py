@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import soak as soak_mod
+from .run_driver import busy_roles, start_stack
 from .seeding import stream
 
 RATE = 8.0  # uploads per second: 10 000 uploads over ~21 minutes
@@ -64,9 +65,7 @@ def draw_schedule(adapter, seed: int, uploads: int, level: int | None = None, ne
     for n, kind in enumerate(order):
         at = round(lo + slot * (n + rng.uniform(0.1, 0.9)), 2)
         recent = [f for f in faults if f.get("at") is not None and at - f["at"] < BUSY_SECONDS]
-        armed = {adapter.window_role(f["window"]) for f in recent if f["action"] == "failpoint"}
-        struck = {f.get("role") for f in recent if f["action"] in ("sigkill", "sigstop")} | {
-            r for f in recent if f["action"] == "hold" for r in f["hold"]}
+        armed, struck = busy_roles(adapter, recent)
         roles = [r for r in adapter.roles if r not in armed]
         fault = soak_mod.draw_one(kind, rng, adapter, at, roles, consumers, armed | struck)
         if fault is None:
@@ -156,10 +155,7 @@ def soak_long(adapter, sut: str, seed: int, *, uploads: int, level: int | None =
     progress(f"reports: {soak_dir}")
     own_stack = stack is None
     if own_stack:
-        from .stack import Stack
-
-        stack = Stack.start(soak_dir / "stack", keep_data=keep_data)
-        progress(f"stack up in {time.monotonic() - began:.1f}s")
+        stack, _ = start_stack(soak_dir / "stack", progress=progress, keep_data=keep_data)  # exit 3 if it fails
     run = ScenarioRun(scenario, adapter, stack, seed, level, run_dir=run_dir,
                       progress=lambda text: progress(f"  | {text}") if "draining:" not in text else None)
     done = threading.Event()

@@ -3,7 +3,6 @@ installed). Each prints its seed and progress and writes its folder under report
 from __future__ import annotations
 
 import argparse
-import os
 import time
 from pathlib import Path
 
@@ -48,7 +47,9 @@ def add_load_commands(subparsers) -> None:
 
 
 def _seed(value) -> int:
-    return int(value) if value is not None else int.from_bytes(os.urandom(4), "big") % 1_000_000
+    from harness.run_driver import draw_seed  # the seed drawing every harness command shares
+
+    return draw_seed(value)
 
 
 def _say(text: str) -> None:
@@ -58,7 +59,7 @@ def _say(text: str) -> None:
 def cmd_prefetch(args) -> int:
     from harness import adapter as adapter_mod
     from harness.paths import reports_dir
-    from harness.stack import Stack
+    from harness.run_driver import start_stack
 
     from .prefetch_curve import prefetch_env, run, run_id
 
@@ -69,7 +70,7 @@ def cmd_prefetch(args) -> int:
     print(f"load prefetch: {adapter.name}, backlog {args.backlog}, prefetch {args.prefetch}, seed {seed}, "
           f"folder {run_dir}", flush=True)
     began = time.monotonic()
-    stack = Stack.start()
+    stack, _ = start_stack(None, progress=_say)  # the harness's run driver: a stack that fails to start is exit 3
     try:
         result = run(stack, adapter, args.prefetch, args.backlog, seed, run_dir, _say, args.interval,
                      level=args.level, extra_env=dict(e.split("=", 1) for e in args.env))
@@ -88,7 +89,7 @@ def cmd_prefetch(args) -> int:
 def cmd_upload(args) -> int:
     from harness import adapter as adapter_mod
     from harness.paths import reports_dir
-    from harness.stack import Stack
+    from harness.run_driver import start_stack
 
     from .prefetch_curve import run_id
     from .upload_load import run
@@ -98,7 +99,7 @@ def cmd_upload(args) -> int:
     run_dir = Path(args.run_dir or reports_dir() / run_id("upload", seed))
     print(f"load upload: {adapter.name}, {args.users} users for {args.seconds}s, seed {seed}, folder {run_dir}",
           flush=True)
-    stack = Stack.start()
+    stack, _ = start_stack(None, progress=_say)
     try:
         result = run(stack, adapter, args.users, args.seconds, seed, run_dir, _say, baseline_ops=args.baseline,
                      level=args.level)
