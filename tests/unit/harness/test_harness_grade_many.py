@@ -249,6 +249,31 @@ def test_the_child_asks_the_parent_for_the_services_and_sends_its_results(tmp_pa
     assert said == ["    a line shown"]  # a scenario's own [i/n] lines only with --verbose
 
 
+def test_a_grade_started_from_a_worker_thread_is_stopped_the_same_way(tmp_path, monkeypatch):
+    """--jobs N: each submission is driven from a pool thread; its child (forked from that thread) still takes the stop
+    signal in its own main thread."""
+    import threading
+
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def slow_grade(reports_dir, progress, stack):
+        try:
+            while True:
+                time.sleep(0.05)
+        except grade_many.SubmissionTimeout:
+            (marks / "interrupted").write_text("yes")
+            raise
+
+    job, said = _stand_in(tmp_path, monkeypatch, slow_grade, timeout=1.0)
+    ended = []
+    driver = threading.Thread(target=lambda: ended.append(job.run()))
+    driver.start()
+    driver.join(30)
+    assert ended == ["timeout"] and (marks / "interrupted").is_file()
+    assert not job.process.is_alive() and job.process.exitcode == 0  # it stopped itself, nothing killed it
+
+
 def test_an_error_in_the_grade_is_an_error_row_with_its_type(tmp_path, monkeypatch):
     def broken_grade(reports_dir, progress, stack):
         raise ValueError("no such level")
