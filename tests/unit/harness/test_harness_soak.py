@@ -18,7 +18,8 @@ from harness.schemas import REPO_ROOT
 REFERENCE = adapter_mod.load("reference")
 GO = adapter_mod.load(REPO_ROOT / "examples" / "go-pipeline" / "adapter.toml")
 RUNNER_ACTIONS = {"failpoint", "sigkill", "sigstop", "toxic", "restart_service", "republish", "replay",
-                  "start_instance", "hold", "inject", "permute", "s3_deny", "sigterm"}
+                  "start_instance", "hold", "inject", "permute", "s3_deny", "sigterm",
+                  "sigkill_children"}
 
 
 def _variant(base, **changes):
