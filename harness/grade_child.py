@@ -328,7 +328,7 @@ def child_main(job, conn) -> None:
     except DidNotStart as exc:
         outcome = {"ended": "did not start", "not_started": exc.reason, "error": exc.reason}
     except BaseException as exc:  # noqa: BLE001 - reported in the row, whatever it was
-        if stopping:
+        if stopping or isinstance(exc, KeyboardInterrupt):  # a stop held over a cleanup comes back as Ctrl-C
             outcome = {"ended": "timeout"}
         else:
             outcome = {"ended": "error", "error_type": type(exc).__name__, "error": str(exc)}

@@ -283,9 +283,8 @@ class SubmissionGrade:
             raise
         if outcome is None:
             self.say(f"    time limit of {self.timeout:.0f}s reached: stopping {self.submission.name}")
-            outcome = self.stop() or {"ended": "timeout"}
-            if outcome.get("ended") == "done":  # it finished as it was told to stop: a grade like any other
-                outcome = {"ended": "timeout"}
+            self.stop()
+            outcome = {"ended": "timeout"}  # whatever the child said as it stopped, the time limit ended it
         self.process.join(10)
         return self._ended(outcome)
 
