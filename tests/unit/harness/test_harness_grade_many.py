@@ -274,6 +274,23 @@ def test_a_grade_started_from_a_worker_thread_is_stopped_the_same_way(tmp_path, 
     assert not job.process.is_alive() and job.process.exitcode == 0  # it stopped itself, nothing killed it
 
 
+def test_a_grade_stuck_in_one_long_call_is_stopped_at_once_and_does_not_go_on(tmp_path, monkeypatch):
+    """A grade inside one long C call (a sleep, a blocking read): a thread stopped by an asynchronous exception
+    could only be abandoned (it went on after its time limit, 15 s later); a process takes the signal at once."""
+    def stuck(reports_dir, progress, stack):
+        reports_dir.mkdir(parents=True, exist_ok=True)
+        time.sleep(120)
+        (reports_dir / "woke-up").write_text("went on after its time limit")
+        return {}, reports_dir
+
+    job, said = _stand_in(tmp_path, monkeypatch, stuck, timeout=1.0)
+    began = time.monotonic()
+    assert job.run() == "timeout"
+    assert time.monotonic() - began < 8 and not job.process.is_alive()
+    assert not (tmp_path / "stand-in" / "woke-up").exists()
+    assert not any("did not stop" in line for line in said)
+
+
 def test_an_error_in_the_grade_is_an_error_row_with_its_type(tmp_path, monkeypatch):
     def broken_grade(reports_dir, progress, stack):
         raise ValueError("no such level")
