@@ -633,13 +633,15 @@ WHERE published_at IS NOT NULL AND published_at < now() - make_interval(secs => 
 
 -- name: prune_events
 -- Retention (EVENTS_RETENTION_SECONDS): the events of jobs terminal (ready, failed) for longer than the retention,
--- each job's whole path at once, never a live job's. A replay after that starts a path of its own.
+-- each job's whole path (the sweeper repeats the batch until none is left), never a live job's. A replay after
+-- that starts a path of its own. Walked from the oldest event (primary key order): what is due is at the front, and
+-- only the events of jobs still live stay there, so a prune never scans the jobs it pruned before.
 DELETE FROM attachment_events
- WHERE job_id IN (SELECT job_id FROM jobs
-                   WHERE state IN ('ready', 'failed')
-                     AND updated_at < now() - make_interval(secs => %(retention_seconds)s)
-                     AND EXISTS (SELECT 1 FROM attachment_events e WHERE e.job_id = jobs.job_id)
-                   LIMIT %(batch)s)
+ WHERE seq IN (SELECT e.seq FROM attachment_events e JOIN jobs j USING (job_id)
+                WHERE j.state IN ('ready', 'failed')
+                  AND j.updated_at < now() - make_interval(secs => %(retention_seconds)s)
+                ORDER BY e.seq
+                LIMIT %(batch)s)
 RETURNING job_id;
 
 -- name: prune_replay_audit
