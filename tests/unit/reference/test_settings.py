@@ -120,3 +120,23 @@ def test_the_schemas_attempt_maximum_is_the_one_settings_use():
 
     schema = json.loads((Path(__file__).resolve().parents[3] / "schemas" / "jobs.schema.json").read_text())
     assert schema["properties"]["attempt"]["maximum"] == SCHEMA_ATTEMPT_MAX
+
+
+def test_an_execution_deadline_within_a_lease_or_a_render_and_its_retry_is_refused_at_start(monkeypatch, capsys):
+    lines = _refusal(monkeypatch, capsys, {"EXECUTION_TIMEOUT_SECONDS": "100", "DECODE_TIMEOUT_SECONDS": "60"})
+    assert len(lines) == 1 and lines[0].split(": configuration refused: ")[1].startswith(
+        "EXECUTION_TIMEOUT_SECONDS (100) must be longer than LEASE_SECONDS (30) and than twice DECODE_TIMEOUT_SECONDS")
+    monkeypatch.delenv("EXECUTION_TIMEOUT_SECONDS")
+    monkeypatch.delenv("DECODE_TIMEOUT_SECONDS")
+    assert Settings(execution_timeout_seconds=121, decode_timeout_seconds=60).execution_timeout_seconds == 121
+    assert Settings().execution_timeout_seconds == 1800
+
+
+def test_audit_kept_shorter_than_a_dead_letter_lives_is_refused_and_the_log_format_is_text_or_json(monkeypatch,
+                                                                                                    capsys):
+    lines = _refusal(monkeypatch, capsys, {"AUDIT_RETENTION_SECONDS": "3600"}, role="sweeper")
+    assert len(lines) == 1 and "AUDIT_RETENTION_SECONDS (3600) must not be shorter than DEAD_LETTER_TTL_SECONDS" \
+        in lines[0]
+    monkeypatch.delenv("AUDIT_RETENTION_SECONDS")
+    lines = _refusal(monkeypatch, capsys, {"LOG_FORMAT": "xml"}, role="relay")
+    assert len(lines) == 1 and "LOG_FORMAT" in lines[0]
