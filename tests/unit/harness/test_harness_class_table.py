@@ -245,3 +245,61 @@ def test_a_grade_process_killed_while_waiting_or_holding_leaves_the_gate_usable(
     t.join(3)
     assert got == ["shared", "exclusive"]  # no request of the killed grades is left behind to block the others
     gate.close()
+
+
+class _WholeStack:
+    """A stack every service of which is up (what grade-many's tidy-up between submissions reads)."""
+
+    class toxiproxy:
+        @staticmethod
+        def reset():
+            pass
+
+    def alive(self, name):
+        return True
+
+    def pids(self):
+        return {}
+
+
+def test_jobs_grade_each_submission_in_a_child_process_side_by_side_through_the_gate(tmp_path, monkeypatch):
+    """--jobs 2 with the real machinery (a child process per submission, forked from the pool's threads, scenarios
+    passing the file-lock gate): both ran at once in processes of their own, and each row has its grade's verdict."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    import harness.grade
+    from harness.schemas import REPO_ROOT
+
+    klass = tmp_path / "class"
+    for name in ("ann", "ben"):
+        (klass / name).mkdir(parents=True)
+        shutil.copy(REPO_ROOT / "reference" / "adapter.toml", klass / name / "adapter.toml")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def stand_in(adapter, level, seed, only=None, stack=None, reports_dir=None, progress=print, gate=None):
+        assert gate is not None  # several submissions share the stack: every scenario goes through the gate
+        name = Path(reports_dir).name
+        other = marks / ("ben" if name == "ann" else "ann")
+        with gate.shared():  # a rendezvous inside the shared side: each waits there until it sees the other
+            (marks / name).write_text(str(os.getpid()))
+            deadline = time.monotonic() + 30
+            while not other.exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+            (marks / f"{name}-met").write_text("yes" if other.exists() else "no")
+        grade_dir = Path(reports_dir) / "grade-x"
+        grade_dir.mkdir(parents=True)
+        (grade_dir / "index.html").write_text("grade")
+        verdict = "invalid" if name == "ben" else "valid"
+        return results(4, {"BE-JOB-001.2": "fail"} if name == "ben" else {}, verdict=verdict), grade_dir
+
+    monkeypatch.setattr(harness.grade, "grade", stand_in)
+    rows, folder = grade_many.grade_many([str(klass)], 4, 7, stack=_WholeStack(), jobs=2, reports_dir=tmp_path / "out",
+                                         progress=lambda text: None)
+    assert sorted((r.name, r.verdict) for r in rows) == [("ann", "valid"), ("ben", "invalid")]
+    ann, ben = (int((marks / n).read_text()) for n in ("ann", "ben"))
+    assert len({ann, ben, os.getpid()}) == 3  # each in a process of its own
+    assert [(marks / f"{n}-met").read_text() for n in ("ann", "ben")] == ["yes", "yes"]  # inside the gate together
+    assert grade_many.exit_code(rows) == 1
