@@ -28,14 +28,13 @@ import concurrent.futures
 import logging
 import time
 
-from psycopg_pool import AsyncConnectionPool
-
 from reference import imaging
 from reference.backoff import AttemptBudget, FullJitterBackoff
 from reference.db.pool import open_pool
 from reference.failpoints import Failpoints
 from reference.health import Health
 from reference.runtime import process_identity
+from reference.settings import Settings
 from reference.storage import ObjectStore
 from reference.worker_jobs import (  # noqa: F401 - public names of the worker, importable from here as before
     CLAIM_RACES, COMMIT_REFUSALS, DB_ERRORS, DB_UNAVAILABLE, RELEASE_TIMEOUT_SECONDS, TRANSIENT_ERRORS,
@@ -52,7 +51,7 @@ class Worker(JobProcessor):
     and ``run``, which opens the database pool and consumes until stopped (reference/worker_session.py), each
     delivery processed by reference/worker_jobs.py."""
 
-    def __init__(self, settings, failpoints: Failpoints | None = None):
+    def __init__(self, settings: Settings, failpoints: Failpoints | None = None) -> None:
         self.settings = settings
         self.failpoints = failpoints or Failpoints(settings.failpoints)
         self.identity = process_identity("worker")
@@ -65,19 +64,19 @@ class Worker(JobProcessor):
         self.render_pool.warm_up()
         self.store = ObjectStore.from_settings(settings, max_pool_connections=settings.worker_concurrency * 2 + 4)
         self.slots = asyncio.Semaphore(settings.worker_concurrency)
-        self.tasks: set[asyncio.Task] = set()
-        self.db: AsyncConnectionPool | None = None
+        self.tasks = set()
+        self.db = None
         self.stop = asyncio.Event()
         self.dead_letter_exchange = None
         self.work_channel = None
         # Batch mode (WORKER_BATCH_SIZE > 1): one assembler per broker session; deliveries dispatched in batches
         # and not finished yet (they hold prefetch credit, so a batch that cannot grow is dispatched at once).
-        self._assemblers: dict = {}
+        self._assemblers = {}
         self._batch_in_flight = 0
         # Health (reference/health.py, served on METRICS_PORT): live unless an execution is held past its deadline
         # (EXECUTION_TIMEOUT_SECONDS) plus a lease — its abandonment failed, the worker is stuck; ready while a broker
         # session consumes. executions: "<job_id>/<token>" → the claim's monotonic time (reference/worker_jobs.py).
-        self.executions: dict[str, float] = {}
+        self.executions = {}
         self.consuming = False
         self.health = Health("worker", settings.health_stall_seconds)
         self.health.live_when("executions", self._executions_check)

@@ -16,8 +16,13 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable, Coroutine
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
+from aio_pika.abc import AbstractIncomingMessage
+from psycopg.rows import DictRow
 
 from reference import imaging, metrics, worker_session
 from reference.backoff import reconnect_delays
@@ -29,6 +34,15 @@ from reference.messages import InvalidMessage, JobMessage, parse
 from reference.runtime import sleep_or_stop
 from reference.storage import ObjectMissing, StorageUnavailable, sha256_hex
 from reference.worker_session import SessionConsumer, delivery_count
+
+if TYPE_CHECKING:
+    from reference.backoff import AttemptBudget, FullJitterBackoff
+    from reference.db.pool import Pool
+    from reference.failpoints import Failpoints
+    from reference.storage import ObjectStore
+    from reference.worker_render import RenderPool
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("reference.worker")
 
@@ -62,7 +76,15 @@ class ExecutionDeadlinePassed(Exception):
 class JobProcessor(SessionConsumer):
     """What the worker does with one delivery (``_handle``), on the state ``Worker.__init__`` makes."""
 
-    async def _handle(self, message) -> None:
+    failpoints: Failpoints
+    budget: AttemptBudget
+    backoff: FullJitterBackoff
+    store: ObjectStore
+    render_pool: RenderPool
+    db: Pool | None
+    executions: dict[str, float]  # "<job_id>/<token>" -> the claim's monotonic time (liveness: reference/health.py)
+
+    async def _handle(self, message: AbstractIncomingMessage) -> None:
         received_at = time.monotonic()
         async with self._slot():
             metrics.IN_FLIGHT.inc()
@@ -86,7 +108,8 @@ class JobProcessor(SessionConsumer):
             finally:
                 metrics.IN_FLIGHT.dec()
 
-    async def _unexpected_before_claim(self, message, exc: BaseException, job: JobMessage | None = None) -> None:
+    async def _unexpected_before_claim(self, message: AbstractIncomingMessage, exc: BaseException,
+                                       job: JobMessage | None = None) -> None:
         """An error that is neither an outage (waited out in ``_db``) nor a verdict on the job, before the job
         was ours: nothing can be recorded on the job, so the delivery backs off before it goes back (never a hot
         requeue), and after ``max_attempts`` deliveries it is dead-lettered with the cause in its headers."""
@@ -104,7 +127,7 @@ class JobProcessor(SessionConsumer):
         await sleep_or_stop(self.stop, delay)
         await worker_session.settle(message, "nack")
 
-    async def _process(self, message, job: JobMessage, received_at: float) -> None:
+    async def _process(self, message: AbstractIncomingMessage, job: JobMessage, received_at: float) -> None:
         # One owner string per delivery: a claim whose reply was lost is recognised as ours (adopt_claim).
         params = {"job_id": job.job_id, "attempt": job.attempt, "owner": f"{self.identity}/{uuid.uuid4().hex[:12]}",
                   "lease_seconds": self.settings.lease_seconds, "actor": f"worker:{self.identity}",
@@ -139,7 +162,9 @@ class JobProcessor(SessionConsumer):
         # than the real one (claimed_at precedes the statement).
         expires_in = claim.get("expires_in_seconds")
         expires_at = None if expires_in is None else claimed_at + float(expires_in)
-        lease = Lease(lease_seconds=self.settings.lease_seconds, renew_seconds=self.settings.lease_renew_seconds,
+        renew_seconds = self.settings.lease_renew_seconds
+        assert renew_seconds is not None  # Settings fills it in (a third of the lease)
+        lease = Lease(lease_seconds=self.settings.lease_seconds, renew_seconds=renew_seconds,
                       claimed_at_monotonic=claimed_at, renew=lambda: self._renew(job.job_id, token)).start()
         try:
             try:
@@ -221,13 +246,13 @@ class JobProcessor(SessionConsumer):
             await self._remove_variant_objects(claim, keep={r["object_key"] for r in results})
 
     @staticmethod
-    def _ids(claim) -> dict:
+    def _ids(claim: DictRow) -> dict[str, Any]:
         """The context fields of a job's log lines (LOG_FORMAT=json names them: reference/runtime.py)."""
         return {"job_id": claim["job_id"], "attachment_id": claim["attachment_id"], "attempt": claim["attempt"],
                 "fencing_token": claim["fencing_token"], "pipeline_version": claim.get("pipeline_version"),
                 "trace_id": claim.get("trace_id")}
 
-    async def _within_execution_deadline(self, work, deadline: float):
+    async def _within_execution_deadline(self, work: Coroutine[Any, Any, _T], deadline: float) -> _T:
         """Run ``work`` (the fetch, render and writes of one claim) until the monotonic ``deadline``: past it the
         work is cancelled — a render that never returns included — and ExecutionDeadlinePassed raised."""
         task = asyncio.ensure_future(work)
@@ -245,7 +270,8 @@ class JobProcessor(SessionConsumer):
             pass
         raise ExecutionDeadlinePassed()
 
-    async def _not_claimed(self, message, job: JobMessage, may_claim_again: bool = False) -> bool:
+    async def _not_claimed(self, message: AbstractIncomingMessage, job: JobMessage,
+                           may_claim_again: bool = False) -> bool:
         """Settle a delivery whose claim found nothing to take; True (nothing settled) when the job is ``queued`` at
         this very delivery's attempt: it was released (a drain) between the claim and this read, so this delivery
         is a message of the job's current attempt and must claim it, never be acked as stale (issue 23 defect 2)."""
@@ -272,8 +298,8 @@ class JobProcessor(SessionConsumer):
         await worker_session.settle(message, "ack")
         return False
 
-    async def _produce_effects(self, claim, lease: Lease, timings: dict[str, float],
-                               expires_at: float | None = None) -> list[dict]:
+    async def _produce_effects(self, claim: DictRow, lease: Lease, timings: dict[str, float],
+                               expires_at: float | None = None) -> list[dict[str, Any]]:
         await lease.wait_live(self.stop)
         mark = time.monotonic()
         original = await self._store_call(claim, lease, expires_at, self.store.get_bytes, claim["original_key"])
@@ -302,7 +328,8 @@ class JobProcessor(SessionConsumer):
         timings["store"] = time.monotonic() - mark
         return results
 
-    async def _store_call(self, claim, lease: Lease, expires_at: float | None, call, *args):
+    async def _store_call(self, claim: DictRow, lease: Lease, expires_at: float | None, call: Callable[..., _T],
+                          *args: Any) -> _T:
         """One object-store call of the job's work, waiting out an outage of the store as ``_db`` waits out one of
         the database: the store's condition, not the job's, so no attempt is spent (issue 23 defect 8: with 20
         attempts and their backoff an outage of about an hour failed every job it touched as attempts_exhausted).
@@ -329,7 +356,7 @@ class JobProcessor(SessionConsumer):
                 if await sleep_or_stop(self.stop, wait):
                     raise Stopping() from None
 
-    async def _ensure_not_expired(self, claim, expires_at: float | None) -> None:
+    async def _ensure_not_expired(self, claim: DictRow, expires_at: float | None) -> None:
         """Raise JobExpired when the job's deadline has passed. The local estimate (monotonic, never later than
         the real deadline) decides when to ask; the database's clock decides whether it passed."""
         if expires_at is None or time.monotonic() < expires_at:
@@ -338,7 +365,7 @@ class JobProcessor(SessionConsumer):
         if row is not None and row["expired"]:
             raise JobExpired("expired before its effect (after a long wait)")
 
-    async def _commit(self, claim, results: list[dict], lease: Lease | None = None) -> str:
+    async def _commit(self, claim: DictRow, results: list[dict[str, Any]], lease: Lease | None = None) -> str:
         """Fenced commit; returns "ready", "expired" or "fenced". An error whose
         outcome is unknown is resolved by reading the job back; a lease that
         lapsed while the database was unreachable is revived first."""
@@ -380,7 +407,7 @@ class JobProcessor(SessionConsumer):
             await sleep_or_stop(self.stop, next(delays))
         return "fenced"
 
-    async def _fenced(self, sql: str, params: dict, lease: Lease | None):
+    async def _fenced(self, sql: str, params: dict[str, Any], lease: Lease | None) -> DictRow | None:
         """A fenced transition; when it was refused only because the lease lapsed (an outage), revive the lease
         and try once more."""
         row = await self._db(sql, params)
@@ -392,7 +419,8 @@ class JobProcessor(SessionConsumer):
             row = await self._db(sql, params)
         return row
 
-    async def _finish_transient(self, message, claim, exc: BaseException, lease: Lease | None = None) -> None:
+    async def _finish_transient(self, message: AbstractIncomingMessage, claim: DictRow, exc: BaseException,
+                                lease: Lease | None = None) -> None:
         reason = redact(exc)
         if self.budget.exhausted(claim["attempt"], claim["attempt_base"]):
             await self._finish_failed(message, claim, "attempts_exhausted", reason, lease=lease)
@@ -413,7 +441,8 @@ class JobProcessor(SessionConsumer):
         await worker_session.settle(message, "ack")
         await self._remove_variant_objects(claim)
 
-    async def _finish_failed(self, message, claim, error_code: str, reason: str, lease: Lease | None = None) -> bool:
+    async def _finish_failed(self, message: AbstractIncomingMessage, claim: DictRow, error_code: str, reason: str,
+                             lease: Lease | None = None) -> bool:
         """Record ``failed`` under the fence and ack; False (and nack) if the fence rejected it."""
         row = await self._fenced(queries().fail_job, {
             "job_id": claim["job_id"], "fencing_token": claim["fencing_token"], "error_code": error_code,
@@ -429,7 +458,7 @@ class JobProcessor(SessionConsumer):
         await self._remove_variant_objects(claim)
         return True
 
-    async def _remove_variant_objects(self, claim, keep: set[str] = frozenset()) -> None:
+    async def _remove_variant_objects(self, claim: DictRow, keep: AbstractSet[str] = frozenset()) -> None:
         """Delete variant objects that no published result can name, once the job's outcome is recorded.
 
         Keys carry the fencing token of the claim that wrote them (keys.variant_key), so this never races a
@@ -453,7 +482,7 @@ class JobProcessor(SessionConsumer):
             log.warning("job %s: variant cleanup failed (%s); objects left unreferenced", claim["job_id"],
                         type(exc).__name__)
 
-    async def _release(self, claim, reason: str) -> None:
+    async def _release(self, claim: DictRow, reason: str) -> None:
         """processing -> queued, same attempt, with an outbox row of its own (the delivery that goes back unacked
         may already have been taken and acked elsewhere: issue 23 defect 2): bounded, best effort."""
         try:
@@ -489,18 +518,20 @@ class JobProcessor(SessionConsumer):
             "job_id": job_id, "fencing_token": token, "lease_seconds": self.settings.lease_seconds})
         return row is not None
 
-    async def _db_once(self, sql: str, params: dict):
+    async def _db_once(self, sql: str, params: dict[str, Any]) -> DictRow | None:
+        if self.db is None:
+            raise RuntimeError("the worker's database pool is not open")
         async with self.db.connection() as conn:
             cursor = await conn.execute(sql, params)
             return await cursor.fetchone()
 
-    async def _db(self, sql: str, params: dict):
+    async def _db(self, sql: str, params: dict[str, Any]) -> DictRow | None:
         """Run one statement, waiting out database outages (the delivery stays
         unacked meanwhile; prefetch bounds how many wait)."""
         row, _, _ = await self._db_timed(sql, params)
         return row
 
-    async def _db_timed(self, sql: str, params: dict):
+    async def _db_timed(self, sql: str, params: dict[str, Any]) -> tuple[DictRow | None, float, bool]:
         """``_db`` that also returns when the successful try was sent (monotonic) and whether it had to retry.
         Outages and a database that refuses writes for now (read-only) are waited out with backoff: they are
         the database's condition, not an error of the job."""
@@ -516,6 +547,7 @@ class JobProcessor(SessionConsumer):
                 log.warning("database unavailable (%s); retrying in %.2fs", redact(exc), wait)
                 if await sleep_or_stop(self.stop, wait):
                     raise Stopping() from None
+
 
 def redact(exc: BaseException) -> str:
     """An operator-visible reason without secrets: the error kind, and only our own messages; for a database
