@@ -25,10 +25,12 @@ from __future__ import annotations
 import ctypes
 import fcntl
 import os
+import shutil
 import signal
 import tempfile
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -174,6 +176,9 @@ class FileGate:
             path.touch()
         self._open: set[int] = set()  # descriptors this process holds: a forked child closes its copies
         self._lock = threading.Lock()
+        # the lock files go when the gate does (or at exit), whoever made it; a forked child ends by os._exit and so
+        # never removes what its parent still uses
+        self._remove = weakref.finalize(self, shutil.rmtree, str(self._dir), True)
 
     def _take(self, path: Path, mode: int) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
@@ -196,9 +201,7 @@ class FileGate:
 
     def close(self) -> None:
         """Remove the lock files (the run is over)."""
-        import shutil
-
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._remove()
 
     def forget_inherited(self) -> None:
         """In a forked child: close the parent's descriptors it inherited (closing a copy releases nothing of the
