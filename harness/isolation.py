@@ -285,11 +285,14 @@ def make_rules(slot: int, uid: int) -> None:
     _run(["nft", "-f", "-"], input_text=f"""
 table inet {table} {{
   set ports {{ type inet_service; }}
+  set probed_ports {{ type inet_service; size 256; flags dynamic; }}
+  counter probed {{ }}
   counter refused {{ }}
   chain output {{
     type filter hook output priority 0; policy accept;
     meta skuid {uid} ct state established,related accept
     meta skuid {uid} oifname "lo" meta l4proto tcp tcp dport @ports accept
+    meta skuid {uid} oifname "lo" meta l4proto tcp add @probed_ports {{ tcp dport }} counter name "probed" reject
     meta skuid {uid} counter name "refused" reject
   }}
 }}
@@ -302,8 +305,11 @@ def allow_ports(slot: int, ports: set[int]) -> None:
               "{ " + ", ".join(str(p) for p in sorted(ports)) + " }"])
 
 
-def refused_packets(slot: int) -> int | None:
-    done = _run(["nft", "-j", "list", "counter", "inet", nft_table(slot), "refused"], check_rc=False)
+def refused_packets(slot: int, counter: str = "refused") -> int | None:
+    """Packets of the slot's user the rules refused: ``probed`` — loopback TCP to a port its environment does not
+    name (the grader's control plane, other tenants' services: an attempt on the grader); ``refused`` — anything
+    else (off-machine traffic, UDP)."""
+    done = _run(["nft", "-j", "list", "counter", "inet", nft_table(slot), counter], check_rc=False)
     try:
         for item in json.loads(done.stdout)["nftables"]:
             if "counter" in item:
@@ -311,6 +317,18 @@ def refused_packets(slot: int) -> int | None:
     except (ValueError, KeyError, TypeError):
         pass
     return None
+
+
+def probed_ports(slot: int) -> list[int]:
+    """The loopback TCP ports the slot's user tried and was refused (at most 256 distinct)."""
+    done = _run(["nft", "-j", "list", "set", "inet", nft_table(slot), "probed_ports"], check_rc=False)
+    try:
+        for item in json.loads(done.stdout)["nftables"]:
+            if "set" in item:
+                return sorted(int(e) for e in item["set"].get("elem", []) if isinstance(e, int))
+    except (ValueError, KeyError, TypeError):
+        pass
+    return []
 
 
 def remove_rules(slot: int) -> None:
@@ -594,7 +612,8 @@ class Sandbox:
         if self.closed or self.slot < 0:
             return {}
         self.closed = True
-        summary = {"killed_at_end": self.kill_all(), "refused_packets": refused_packets(self.slot)}
+        summary = {"killed_at_end": self.kill_all(), "refused_packets": refused_packets(self.slot),
+                   "probed_packets": refused_packets(self.slot, "probed"), "probed_ports": probed_ports(self.slot)}
         clean_slot(self.slot)
         wall = slot_dir(self.slot).parent / f"slot-{self.slot}.wall"
         if wall.exists():

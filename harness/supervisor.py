@@ -259,6 +259,12 @@ class Supervisor:
         if summary.get("killed_at_end"):
             self._record("note", message="isolation: killed what the submission left running in its cgroup after "
                          "its roles stopped", pids=summary["killed_at_end"])
+        if summary.get("probed_packets"):
+            # Loopback ports nobody gave the submission are the grader's (Toxiproxy, management, the database's own
+            # port) or another tenant's: trying them is an attempt on the grader, refused or not.
+            self._record("tamper", found="attempted", what="loopback TCP connections to ports the submission was "
+                         "not given, refused by the network rules", packets=summary["probed_packets"],
+                         ports=summary.get("probed_ports") or [])
         if summary.get("refused_packets"):
             self._record("note", message="isolation: the network rules refused connections of the submission's roles",
                          packets=summary["refused_packets"])

@@ -15,6 +15,12 @@ when one could not be read back at all (Toxiproxy did not answer, a run recorded
 Any other part of the harness that verifies what it owns (the tap's queue and bindings, a failpoint value, a clock
 offset) reports a change the same way: a ``tamper`` line with ``found="changed"``, ``what``, ``expected``,
 ``observed`` (and ``fault`` / ``link`` where they apply). Every such line makes the run ``tampered``.
+
+Under isolation an attempt counts too, contained or not: the network rules count the submission's loopback TCP
+connections to ports its environment does not name (the Toxiproxy API, the broker's management, the database's own
+port, another tenant's services) and the supervisor records them as a ``tamper`` line with ``found="attempted"``
+(packets, ports). A correct service connects only where it was told to; one that probes the grader is ``tampered``
+even when every probe was refused.
 """
 
 from __future__ import annotations
@@ -44,6 +50,19 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
                        f"to fault{'s' if len(faults) > 1 else ''} {', '.join(faults)} of {scenario} (first at "
                        f"t={changed[0].get('t')}s: {changed[0].get('what')} on {changed[0].get('link')})",
                        evidence=found, seed=seed_of(run))
+    attempted = [e for e in lines if e.get("found") == "attempted"]
+    if attempted:
+        ports = sorted({p for e in attempted for p in e.get("ports") or []})
+        packets = sum(int(e.get("packets") or 0) for e in attempted)
+        return Verdict(NAME, TAMPERED, REQUIREMENTS,
+                       f"the submission tried to reach what isolation withholds from it: {packets} loopback "
+                       f"connections refused (ports {', '.join(map(str, ports[:10])) or 'not recorded'}"
+                       f"{f' and {len(ports) - 10} more' if len(ports) > 10 else ''}) — an attempt on "
+                       "the grader, whatever it achieved",
+                       evidence=[evidence(f"{scenario}: {e.get('what')}: {e.get('packets')} packets, ports "
+                                          f"{e.get('ports')}", events=[e], scenario=scenario,
+                                          packets=e.get("packets"), ports=e.get("ports"))
+                                 for e in attempted], seed=seed_of(run))
     network = [s for s in run.get("schedule") or [] if s.get("action") in NETWORK_ACTIONS]
     summaries = [e for e in lines if e.get("summary")]
     applied = [e for e in history.of_type("fault") if e.get("action") == "toxic" and e.get("phase") == "start"]

@@ -132,9 +132,15 @@ def test_an_isolated_role_reaches_only_its_own_ports_and_leaves_nothing_behind(t
         assert not any(d.exists() for d in isolation.cgroup_dirs(slot))
         record = json.loads((tmp_path / "isolation.json").read_text())
         assert record["isolated"] and set(found["daemon"]) <= set(record["end"]["killed_at_end"])
-        assert record["end"]["refused_packets"] >= 1
-        notes = [e for e in History.load(tmp_path / "history.jsonl") if e.get("type") == "note"]
+        # The forbidden loopback port was tried: counted apart from other refused traffic, named, and recorded as
+        # an attempt on the grader (a tamper line: the run is tampered whatever the attempt achieved).
+        assert record["end"]["probed_packets"] >= 1
+        assert forbidden.getsockname()[1] in record["end"]["probed_ports"]
+        lines = History.load(tmp_path / "history.jsonl")
+        notes = [e for e in lines if e.get("type") == "note"]
         assert any("killed what the submission left running" in e["message"] for e in notes)
+        assert any(e.get("type") == "tamper" and e.get("found") == "attempted"
+                   and forbidden.getsockname()[1] in e["ports"] for e in lines)
     finally:
         os.environ.pop("HARNESS_TEST_SECRET", None)
         allowed.close()
@@ -199,7 +205,7 @@ def test_every_cheat_is_contained(stack, tmp_path, monkeypatch):
     daemon = int(said["daemonize"].split("daemon pid ")[1].split()[0])
     assert not _alive(daemon), "the daemonized cheat outlived the run"
     record = json.loads((run_dir / "isolation.json").read_text())
-    assert daemon in record["end"]["killed_at_end"] and record["end"]["refused_packets"] >= 3
+    assert daemon in record["end"]["killed_at_end"] and record["end"]["probed_packets"] >= 3
     assert not (run_dir / "CHEAT_WAS_HERE").exists()
     History.load(run_dir / "history.jsonl")  # still the harness's own, every line parses
     # One cheat is not contained but caught: a made-up message published straight into the harness's tap queue

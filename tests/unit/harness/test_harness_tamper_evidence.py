@@ -48,6 +48,18 @@ def test_a_change_the_harness_did_not_make_is_tampered_with_scenario_fault_and_t
     assert "proxy re-enabled" in verdict.summary and verdict.seed == 4242
 
 
+def test_a_refused_attempt_on_the_grader_is_tampered_even_with_every_fault_intact():
+    # Under isolation heal_toxiproxy's connections to the Toxiproxy API are refused, so every fault reads back intact
+    # and the grade used to be valid; the supervisor's tamper line of the refused loopback ports now makes it tampered.
+    history = History.from_events([_start(0), _summary(0), _start(1), _summary(1),
+                                   {"type": "tamper", "found": "attempted", "packets": 251, "ports": [8474],
+                                    "what": "loopback TCP connections to ports the submission was not given"}])
+    verdict = tamper_evidence.check(history, {}, RUN)
+    assert verdict.status == TAMPERED and "8474" in verdict.summary and verdict.evidence[0]["packets"] == 251
+    intact = History.from_events([_start(0), _summary(0), _start(1), _summary(1)])
+    assert tamper_evidence.check(intact, {}, RUN).status == VALID
+
+
 def test_faults_read_back_unchanged_are_valid_and_exercised():
     history = History.from_events([_start(0), _summary(0), _start(1), _summary(1, checks=9)])
     verdict = tamper_evidence.check(history, {}, RUN)
