@@ -7,6 +7,7 @@ before this one (0 for the first retry). Defaults: base 1 s, cap 600 s.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -18,10 +19,11 @@ class FullJitterBackoff:
     def ceiling(self, failures_before: int) -> float:
         """Upper bound of the delay after ``failures_before`` earlier failures."""
         exponent = min(max(failures_before, 0), 62)  # 2**62 * base already exceeds any cap
-        return min(self.cap_seconds, self.base_seconds * (2 ** exponent))
+        return min(self.cap_seconds, self.base_seconds * (2.0 ** exponent))
 
     def delay(self, failures_before: int, rng: random.Random | None = None) -> float:
-        return (rng or random).uniform(0.0, self.ceiling(failures_before))
+        ceiling = self.ceiling(failures_before)
+        return rng.uniform(0.0, ceiling) if rng is not None else random.uniform(0.0, ceiling)
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class AttemptBudget:
         return attempt - attempt_base >= self.max_attempts
 
 
-def reconnect_delays(base: float = 0.2, cap: float = 5.0):
+def reconnect_delays(base: float = 0.2, cap: float = 5.0) -> Iterator[float]:
     """Endless full-jitter delays for reconnect loops of long-running roles."""
     policy = FullJitterBackoff(base, cap)
     failures = 0

@@ -15,6 +15,8 @@ A batch is dispatched as soon as one of these holds:
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BatchAssembler:
     def __init__(self, size: int, wait_seconds: float, capacity: int):
@@ -23,14 +25,14 @@ class BatchAssembler:
         if capacity < size:
             raise ValueError(f"the prefetch window ({capacity}) must hold a whole batch ({size})")
         self.size, self.wait_seconds, self.capacity = size, max(0.0, wait_seconds), capacity
-        self.items: list = []
+        self.items: list[Any] = []
         self.opened_at: float | None = None
         self.generation = 0  # bumped by every take: a timer armed for an earlier batch does not flush a later one
 
     def __len__(self) -> int:
         return len(self.items)
 
-    def add(self, item, now: float, in_flight: int = 0) -> list | None:
+    def add(self, item: Any, now: float, in_flight: int = 0) -> list[Any] | None:
         """Add one delivery; the batch to dispatch now (and the assembler starts a new one), or None to wait."""
         if not self.items:
             self.opened_at = now
@@ -48,9 +50,10 @@ class BatchAssembler:
         was armed for)."""
         if not self.items or (generation is not None and generation != self.generation):
             return False
-        return now >= self.deadline()
+        deadline = self.deadline()
+        return deadline is not None and now >= deadline
 
-    def take(self) -> list:
+    def take(self) -> list[Any]:
         items, self.items, self.opened_at = self.items, [], None
         self.generation += 1
         return items

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from reference import metrics
 
@@ -74,8 +75,8 @@ class Health:
         return silent < self.stall_seconds, f"event loop last ticked {silent:.1f}s ago (limit {self.stall_seconds}s)"
 
     @staticmethod
-    def _run(checks: dict[str, Check]) -> dict[str, dict]:
-        out = {}
+    def _run(checks: dict[str, Check]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
         for name, check in checks.items():
             try:
                 ok, detail = check()
@@ -84,12 +85,12 @@ class Health:
             out[name] = {"ok": bool(ok), "detail": detail}
         return out
 
-    def live(self) -> tuple[bool, dict]:
+    def live(self) -> tuple[bool, dict[str, Any]]:
         checks = self._run(self.liveness)
         ok = all(c["ok"] for c in checks.values())
         return ok, {"role": self.role, "live": ok, "checks": checks}
 
-    def ready(self) -> tuple[bool, dict]:
+    def ready(self) -> tuple[bool, dict[str, Any]]:
         live_ok, live_body = self.live()
         checks = self._run(self.readiness)
         ok = live_ok and all(c["ok"] for c in checks.values())
@@ -122,7 +123,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, *args) -> None:  # probes every few seconds: not a log line each
+    def log_message(self, *args: Any) -> None:  # probes every few seconds: not a log line each
         pass
 
 

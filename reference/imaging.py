@@ -12,8 +12,10 @@ import io
 import math
 import multiprocessing
 import warnings
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.context import BaseContext
 
 from PIL import Image, ImageOps
 
@@ -66,7 +68,7 @@ def _init_pool_process(max_pixels: int) -> None:
     warnings.simplefilter("error", Image.DecompressionBombWarning)
 
 
-def kill_pool(executor) -> None:
+def kill_pool(executor: ProcessPoolExecutor) -> None:
     """Stop a process pool now, killing a process that is still busy (a render past its time limit): the executor
     has no public API for that, so its processes are read before the shutdown and killed."""
     processes = list((getattr(executor, "_processes", None) or {}).values())
@@ -79,6 +81,7 @@ def kill_pool(executor) -> None:
 
 
 def make_pool(workers: int, limits: Limits) -> ProcessPoolExecutor:
+    context: BaseContext
     try:
         context = multiprocessing.get_context("forkserver")
         # Processes forked later (a replacement after a time limit) start with Pillow already imported.
@@ -99,7 +102,7 @@ def _fit_within(size: tuple[int, int], box: tuple[int, int]) -> tuple[int, int]:
         return size
     aspect = width / height
 
-    def round_aspect(number: float, key) -> int:
+    def round_aspect(number: float, key: Callable[[int], float]) -> int:
         return max(min(math.floor(number), math.ceil(number), key=key), 1)
 
     if x / y >= aspect:
@@ -109,7 +112,7 @@ def _fit_within(size: tuple[int, int], box: tuple[int, int]) -> tuple[int, int]:
     return x, y
 
 
-def _needed_fraction(size: tuple[int, int], variants) -> float:
+def _needed_fraction(size: tuple[int, int], variants: Iterable[str]) -> float:
     """The largest output/source side ratio over the variants (EXIF rotation-invariant: every box is square)."""
     long_side, short_side = max(size), min(size)
     fractions = {"thumbnail": min(1.0, THUMBNAIL_BOX[0] / long_side),
@@ -118,7 +121,7 @@ def _needed_fraction(size: tuple[int, int], variants) -> float:
     return max(fractions[name] for name in variants)
 
 
-def draft_request(size: tuple[int, int], variants) -> tuple[int, int] | None:
+def draft_request(size: tuple[int, int], variants: Collection[str]) -> tuple[int, int] | None:
     """The size to ask ``Image.draft`` for, or None when some variant is not much smaller than the original."""
     if not variants:
         return None
@@ -129,11 +132,11 @@ def draft_request(size: tuple[int, int], variants) -> tuple[int, int] | None:
     return request
 
 
-def _load(data: bytes, limits: Limits, variants=(), draft: bool = True) -> tuple[Image.Image, tuple[int, int]]:
+def _load(data: bytes, limits: Limits, variants: Collection[str] = (), draft: bool = True) -> tuple[Image.Image, tuple[int, int]]:
     """Decode (in draft mode when :func:`draft_request` allows it) and apply EXIF orientation; returns the image and
     the original's size after orientation, from which every variant's dimensions are computed."""
     try:
-        image = Image.open(io.BytesIO(data))
+        image: Image.Image = Image.open(io.BytesIO(data))
         width, height = image.size
         if width * height > limits.max_pixels:
             raise ImageRejected("too_many_pixels", f"{width}x{height}")

@@ -11,6 +11,7 @@ import struct
 import unicodedata
 import warnings
 from dataclasses import dataclass
+from typing import IO
 
 from PIL import Image
 
@@ -73,11 +74,11 @@ def _ends_properly(kind: str, data: bytes, total_size: int, tail: bytes) -> bool
         return stripped.endswith(b"\x3b")
     if kind == "webp":
         (riff_size,) = struct.unpack("<I", data[4:8])
-        return riff_size + 8 <= total_size
+        return bool(riff_size + 8 <= total_size)
     return False
 
 
-def inspect_image(fileobj, kind: str, size: int, tail: bytes, *, max_pixels: int, max_side: int) -> ImageHeader:
+def inspect_image(fileobj: IO[bytes], kind: str, size: int, tail: bytes, *, max_pixels: int, max_side: int) -> ImageHeader:
     """Header-only Pillow check plus a cheap structural check for truncation.
 
     Dimensions come from the header (no pixel decoding). A file that does not
@@ -125,7 +126,7 @@ def _check_dimensions(width: int, height: int, *, max_pixels: int, max_side: int
         raise UploadRejected(422, "image_too_large", f"a side exceeds {max_side} pixels")
 
 
-def _slow_integrity_check(fileobj, kind: str) -> bool:
+def _slow_integrity_check(fileobj: IO[bytes], kind: str) -> bool:
     fileobj.seek(0)
     try:
         with warnings.catch_warnings():

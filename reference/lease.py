@@ -57,7 +57,7 @@ class Lease:
         self._clock = clock
         self.lost_reason: str | None = None
         self.lapses = 0
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
 
     def live(self) -> bool:

@@ -29,7 +29,8 @@ SCHEMA_PATH_CANDIDATES = (
 def schema() -> dict[str, Any]:
     for path in SCHEMA_PATH_CANDIDATES:
         if path.exists():
-            return json.loads(path.read_text())
+            document: dict[str, Any] = json.loads(path.read_text())
+            return document
     raise FileNotFoundError("schemas/jobs.schema.json not found next to the reference package")
 
 

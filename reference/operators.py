@@ -22,6 +22,13 @@ import math
 import re
 import secrets
 import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reference.db.pool import Connection
+    from reference.settings import Settings
 
 NAME = re.compile(r"^[A-Za-z0-9._@-]{1,100}$")
 
@@ -34,23 +41,24 @@ def new_token() -> str:
     return "op_" + secrets.token_urlsafe(32)
 
 
-def bootstrap_identity(token: str, settings) -> str | None:
+def bootstrap_identity(token: str, settings: Settings) -> str | None:
     """The bootstrap token's operator name when ``token`` is OPERATOR_TOKEN (compared in constant time)."""
     expected = settings.operator_token
     if expected and hmac.compare_digest(token.encode("utf-8"), expected.encode("utf-8")):
-        return settings.operator_token_name
+        return str(settings.operator_token_name)
     return None
 
 
 class FailureLimiter:
     """Wrong tokens per client within a sliding window; pure apart from the clock it is given."""
 
-    def __init__(self, max_failures: int, window_seconds: float, clock=time.monotonic, max_clients: int = 10_000):
+    def __init__(self, max_failures: int, window_seconds: float, clock: Callable[[], float] = time.monotonic,
+                 max_clients: int = 10_000):
         self.max_failures, self.window = max_failures, window_seconds
         self.clock, self.max_clients = clock, max_clients
-        self._failures: dict[str, collections.deque] = {}
+        self._failures: dict[str, collections.deque[float]] = {}
 
-    def _recent(self, client: str) -> collections.deque:
+    def _recent(self, client: str) -> collections.deque[float]:
         now = self.clock()
         failures = self._failures.get(client)
         if failures is None:
@@ -80,19 +88,20 @@ class FailureLimiter:
         return len(failures)
 
 
-async def create(conn, name: str, created_by: str) -> dict:
+async def create(conn: Connection, name: str, created_by: str) -> dict[str, Any]:
     if not NAME.match(name or ""):
         raise ValueError("an operator name is 1-100 characters of letters, digits and . _ @ -")
     token = new_token()
     row = await (await conn.execute("INSERT INTO operator_tokens (name, token_sha256, created_by) "
                                     "VALUES (%s, %s, %s) RETURNING name, created_at",
                                     (name, token_hash(token), created_by))).fetchone()
+    assert row is not None  # INSERT ... RETURNING
     await audit(conn, operator=created_by, action="token_create", outcome="created", status=0,
                 detail=f"token for {name}")
     return {"operator": row["name"], "token": token, "created_at": row["created_at"].isoformat()}
 
 
-async def revoke(conn, name: str, revoked_by: str) -> dict:
+async def revoke(conn: Connection, name: str, revoked_by: str) -> dict[str, Any]:
     rows = await (await conn.execute("UPDATE operator_tokens SET revoked_at = now() "
                                      "WHERE name = %s AND revoked_at IS NULL RETURNING id", (name,))).fetchall()
     await audit(conn, operator=revoked_by, action="token_revoke", outcome="revoked" if rows else "not_found",
@@ -100,21 +109,22 @@ async def revoke(conn, name: str, revoked_by: str) -> dict:
     return {"operator": name, "revoked": len(rows)}
 
 
-async def listing(conn) -> list[dict]:
+async def listing(conn: Connection) -> list[dict[str, Any]]:
     rows = await (await conn.execute("SELECT name, created_at, created_by, revoked_at, last_used_at "
                                      "FROM operator_tokens ORDER BY name, created_at")).fetchall()
     return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in row.items()} for row in rows]
 
 
-async def lookup(conn, token: str) -> str | None:
+async def lookup(conn: Connection, token: str) -> str | None:
     """The live token's operator name (its last use recorded), or None."""
     row = await (await conn.execute("UPDATE operator_tokens SET last_used_at = now() "
                                     "WHERE token_sha256 = %s AND revoked_at IS NULL RETURNING name",
                                     (token_hash(token),))).fetchone()
-    return row["name"] if row else None
+    return str(row["name"]) if row else None
 
 
-async def audit(conn, *, operator: str, action: str, outcome: str, status: int, attachment_id=None, job_id=None,
+async def audit(conn: Connection, *, operator: str, action: str, outcome: str, status: int,
+                attachment_id: uuid.UUID | str | None = None, job_id: uuid.UUID | str | None = None,
                 detail: str | None = None, reason: str | None = None, client: str | None = None) -> None:
     await conn.execute(
         "INSERT INTO operator_audit (operator, action, attachment_id, job_id, outcome, status, detail, reason, client) "

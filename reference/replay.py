@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from reference.db.queries import queries
 from reference.metrics import REPLAYS
+
+if TYPE_CHECKING:
+    from reference.db.pool import Connection
 
 
 class OperatorRefused(Exception):
@@ -30,7 +34,7 @@ class Replayed:
     attempt: int
 
 
-async def replay(conn, attachment_id: uuid.UUID | None, *, reason: str, operator: str, ttl_seconds: float,
+async def replay(conn: Connection, attachment_id: uuid.UUID | None, *, reason: str, operator: str, ttl_seconds: float,
                  max_attempts: int, max_replays: int, job_id: uuid.UUID | None = None,
                  pipeline_version: int | None = None, max_version: int | None = None, action: str = "replay",
                  client: str | None = None) -> Replayed:
@@ -44,10 +48,10 @@ async def replay(conn, attachment_id: uuid.UUID | None, *, reason: str, operator
     reason, operator = reason.strip(), operator.strip()
     if not operator:
         raise ReplayRefused(400, "operator_required", "a replay needs an operator name")
-    audit = {"operator": operator[:200], "action": action, "attachment_id": attachment_id, "job_id": job_id,
+    audit: dict[str, Any] = {"operator": operator[:200], "action": action, "attachment_id": attachment_id, "job_id": job_id,
              "reason": reason[:1000] or None, "client": client}
 
-    async def refuse(status: int, code: str, message: str):
+    async def refuse(status: int, code: str, message: str) -> NoReturn:
         REPLAYS.labels("refused").inc()
         await conn.execute(queries().operator_audit, {**audit, "outcome": code, "status": status, "detail": message})
         raise ReplayRefused(status, code, message)
@@ -84,6 +88,8 @@ async def replay(conn, attachment_id: uuid.UUID | None, *, reason: str, operator
     now = await (await conn.execute(queries().replay_target, {
         "attachment_id": attachment_id, "job_id": target["job_id"], "pipeline_version": None,
         "max_version": None})).fetchone()
+    if now is None:
+        await refuse(404, "not_found", "unknown job")
     if now["state"] == "failed" and now["original_released"]:
         await refuse(409, "original_released", "the original was released after the failed retention")
     if now["state"] == "failed":

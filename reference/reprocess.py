@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from reference.db.queries import queries
 from reference.replay import OperatorRefused
+
+if TYPE_CHECKING:
+    from reference.db.pool import Connection
 
 
 class ReprocessRefused(OperatorRefused):
@@ -26,12 +30,12 @@ class Reprocessed:
     created: bool  # False: the version's job existed already (idempotent repeat, nothing written)
 
 
-async def reprocess(conn, attachment_id: uuid.UUID, *, pipeline_version: int, reason: str, operator: str,
+async def reprocess(conn: Connection, attachment_id: uuid.UUID, *, pipeline_version: int, reason: str, operator: str,
                     variants: tuple[str, ...], ttl_seconds: float) -> Reprocessed:
     """Every outcome, refused ones too, leaves an ``operator_audit`` row (issue 23 defect 11)."""
     from reference import operators
 
-    audit = {"operator": operator.strip() or "unknown", "action": "reprocess", "attachment_id": attachment_id,
+    audit: dict[str, Any] = {"operator": operator.strip() or "unknown", "action": "reprocess", "attachment_id": attachment_id,
              "reason": reason.strip()[:1000] or None}
     try:
         done = await _reprocess(conn, attachment_id, pipeline_version=pipeline_version, reason=reason,
@@ -45,7 +49,7 @@ async def reprocess(conn, attachment_id: uuid.UUID, *, pipeline_version: int, re
     return done
 
 
-async def _reprocess(conn, attachment_id: uuid.UUID, *, pipeline_version: int, reason: str, operator: str,
+async def _reprocess(conn: Connection, attachment_id: uuid.UUID, *, pipeline_version: int, reason: str, operator: str,
                     variants: tuple[str, ...], ttl_seconds: float) -> Reprocessed:
     reason, operator = reason.strip(), operator.strip()
     if not reason:

@@ -27,7 +27,7 @@ class JsonFormatter(logging.Formatter):
         self.role = role
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {
+        line: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
             "level": record.levelname, "role": self.role, "pid": record.process, "logger": record.name,
             "message": record.getMessage(),
