@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import logging
 
+from typing import TYPE_CHECKING, Any
+
 import aio_pika
+
+if TYPE_CHECKING:
+    from reference.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def broker_urls(settings) -> list[str]:
+def broker_urls(settings: Settings) -> list[str]:
     """AMQP_URLS (comma-separated) when set, else [AMQP_URL]."""
     listed = [u.strip() for u in (getattr(settings, "amqp_urls", "") or "").split(",") if u.strip()]
     return listed or [settings.amqp_url]
@@ -34,14 +39,14 @@ class _Rotation:
 _rotation = _Rotation()
 
 
-async def connect(settings, **options) -> aio_pika.abc.AbstractRobustConnection:
+async def connect(settings: Settings, **options: Any) -> aio_pika.abc.AbstractConnection:
     """``aio_pika.connect`` to the first node of the list that answers; raises the last error when none does.
     A connection that later closes moves the first node to try on to the next one."""
     urls = broker_urls(settings)
     error: BaseException | None = None
     for index in _rotation.order(len(urls)):
         try:
-            connection = await aio_pika.connect(urls[index], **options)
+            connection: aio_pika.abc.AbstractConnection = await aio_pika.connect(urls[index], **options)
         except Exception as exc:  # this node is down or cut off: the next one
             error = exc
             if len(urls) > 1:
@@ -50,7 +55,7 @@ async def connect(settings, **options) -> aio_pika.abc.AbstractRobustConnection:
             continue
         _rotation.first = index
         if len(urls) > 1:
-            def lost(*_args, index=index) -> None:
+            def lost(*_args: Any, index: int = index) -> None:
                 if _rotation.first == index:  # the next connection starts with the next node
                     _rotation.first = (index + 1) % len(urls)
             connection.close_callbacks.add(lost)

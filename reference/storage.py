@@ -8,14 +8,17 @@ the roles treat as transient (503 in the API, retry in the worker).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+
+if TYPE_CHECKING:
+    from reference.settings import Settings
 
 
 class StorageUnavailable(Exception):
@@ -60,12 +63,12 @@ class ObjectStore:
         )
 
     @classmethod
-    def from_settings(cls, settings, max_pool_connections: int = 32) -> "ObjectStore":
+    def from_settings(cls, settings: Settings, max_pool_connections: int = 32) -> ObjectStore:
         return cls(settings.s3_endpoint_url, settings.s3_bucket, settings.s3_access_key, settings.s3_secret_key,
                    region=settings.s3_region, timeout_seconds=settings.s3_timeout_seconds,
                    max_pool_connections=max_pool_connections)
 
-    def _call(self, method, **kwargs):
+    def _call(self, method: Callable[..., Any], **kwargs: Any) -> Any:
         try:
             return method(Bucket=self.bucket, **kwargs)
         except ClientError as exc:
@@ -92,7 +95,8 @@ class ObjectStore:
     def get_bytes(self, key: str) -> bytes:
         response = self._call(self.client.get_object, Key=key)
         try:
-            return response["Body"].read()
+            data: bytes = response["Body"].read()
+            return data
         except BotoCoreError as exc:
             raise StorageUnavailable(f"s3 read failed: {type(exc).__name__}") from None
 

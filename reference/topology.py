@@ -8,8 +8,12 @@ with PRECONDITION_FAILED, on purpose: topology changes need a migration.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
+
+if TYPE_CHECKING:
+    from reference.settings import Settings
 
 EXCHANGE = "attachments.jobs"
 ROUTING_KEY = "jobs.process"
@@ -27,7 +31,7 @@ class TopologyConfig:
     # count every return, a read of the dead-letter tools included): high enough that no read deletes a letter.
     dead_letter_delivery_limit: int = 1_000_000
 
-    def queue_arguments(self) -> dict:
+    def queue_arguments(self) -> dict[str, Any]:
         return {
             "x-queue-type": "quorum",
             "x-delivery-limit": self.delivery_limit,
@@ -37,7 +41,7 @@ class TopologyConfig:
             "x-max-length": self.queue_max_length,
         }
 
-    def dead_letter_queue_arguments(self) -> dict:
+    def dead_letter_queue_arguments(self) -> dict[str, Any]:
         return {"x-queue-type": "quorum", "x-message-ttl": self.dead_letter_ttl_seconds * 1000,
                 "x-delivery-limit": self.dead_letter_delivery_limit}
 
@@ -51,7 +55,8 @@ def queue_for(pipeline_version: int) -> str:
     return QUEUE if int(pipeline_version) == 1 else f"{QUEUE}.v{int(pipeline_version)}"
 
 
-async def declare_version(channel: aio_pika.abc.AbstractChannel, config: TopologyConfig, pipeline_version: int):
+async def declare_version(channel: aio_pika.abc.AbstractChannel, config: TopologyConfig,
+                          pipeline_version: int) -> aio_pika.abc.AbstractQueue:
     """The queue of one pipeline version (>= 2), bound to the work exchange with its own routing key; the same
     arguments as the version-1 queue (quorum, delivery limit, dead-lettering). Returns the queue."""
     exchange = await channel.declare_exchange(EXCHANGE, aio_pika.ExchangeType.TOPIC, durable=True)
@@ -69,6 +74,6 @@ async def declare(channel: aio_pika.abc.AbstractChannel, config: TopologyConfig)
     await dead.bind(dlx, "")
 
 
-def config_from_settings(settings) -> TopologyConfig:
+def config_from_settings(settings: Settings) -> TopologyConfig:
     return TopologyConfig(settings.delivery_limit, settings.queue_max_length, settings.dead_letter_ttl_seconds,
                           settings.dead_letter_delivery_limit)

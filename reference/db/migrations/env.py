@@ -5,7 +5,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 config = context.config
-url = config.attributes.get("sqlalchemy_url") or config.get_main_option("sqlalchemy.url")
+url = str(config.attributes.get("sqlalchemy_url") or config.get_main_option("sqlalchemy.url") or "")
 
 
 def run_migrations_offline() -> None:
