@@ -35,17 +35,23 @@ and a sweep costs what is due — it never lists the bucket.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 
 from reference import brokers, metrics, topology
-from reference.db.pool import open_pool
+from reference.db.pool import Pool, open_pool
 from reference.db.queries import queries
 from reference.health import Health, fresh
 from reference.runtime import sleep_or_stop
 from reference.storage import ObjectMissing, ObjectStore, StorageUnavailable
+
+if TYPE_CHECKING:
+    from reference.settings import Settings
 
 log = logging.getLogger("reference.sweeper")
 BATCH = 500
@@ -60,11 +66,11 @@ def _error_code(exc: BaseException) -> str:
 
 
 class Sweeper:
-    def __init__(self, settings):
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.store = ObjectStore.from_settings(settings)
-        self.db = None
-        self._amqp = None
+        self.db: Pool | None = None
+        self._amqp: aio_pika.abc.AbstractConnection | None = None
         self._last_prune = float("-inf")
         self._blind = False  # the last lease recovery could not reach the database (see _expire_leases)
         self._grace_until = float("-inf")
@@ -75,6 +81,7 @@ class Sweeper:
         # The database's last answer (loop time), and how long without one counts as an outage of our own: longer
         # than a sweep interval plus a worker's renew period means a worker may have missed a renewal for it too.
         self._last_contact: float | None = None
+        assert settings.lease_renew_seconds is not None  # Settings fills it in (a third of the lease)
         self._out_of_touch_after = settings.sweep_interval_seconds + settings.lease_renew_seconds
         # Staging cleanup costs what is due; it runs often enough that an orphan outlives its retention by
         # at most a fraction of it (tests and the fault harness use retentions of seconds).
@@ -88,7 +95,7 @@ class Sweeper:
         attempt_bound = 3 * settings.sweep_interval_seconds + 6 * (settings.db_statement_timeout_seconds
                                                                    + settings.db_connect_timeout_seconds)
         for loop_name in self._swept:
-            self.health.live_when(f"{loop_name}_loop", lambda n=loop_name: self._loop_turning(n, attempt_bound))
+            self.health.live_when(f"{loop_name}_loop", functools.partial(self._loop_turning, loop_name, attempt_bound))
         self.health.ready_when("recovery_sweep", lambda: fresh(
             self._recovered_at, 3 * settings.sweep_interval_seconds + settings.db_statement_timeout_seconds,
             "last successful recovery sweep"))
@@ -99,8 +106,14 @@ class Sweeper:
             return True, f"{name} loop not started yet"
         return fresh(last, bound, f"{name} loop last began a sweep")
 
+    @property
+    def pool(self) -> Pool:
+        if self.db is None:
+            raise RuntimeError("the sweeper's database pool is not open")
+        return self.db
+
     async def run(self, stop: asyncio.Event) -> None:
-        self.db = await open_pool(self.settings, "reference-sweeper", min_size=1, max_size=3)
+        self.db = db = await open_pool(self.settings, "reference-sweeper", min_size=1, max_size=3)
         try:
             await asyncio.gather(
                 self._loop(stop, "recovery", self.sweep_once, self.settings.sweep_interval_seconds),
@@ -108,9 +121,10 @@ class Sweeper:
             )
         finally:
             await self._close_amqp()
-            await self.db.close(timeout=2)
+            await db.close(timeout=2)
 
-    async def _loop(self, stop: asyncio.Event, name: str, sweep, every: float) -> None:
+    async def _loop(self, stop: asyncio.Event, name: str, sweep: Callable[[], Awaitable[object]],
+                    every: float) -> None:
         while not stop.is_set():
             self._swept[name] = time.monotonic()
             try:
@@ -133,7 +147,7 @@ class Sweeper:
         loop_time = asyncio.get_running_loop().time()
         if loop_time - self._last_prune >= min(PRUNE_EVERY_SECONDS, self.settings.sweep_interval_seconds * 30):
             self._last_prune = loop_time
-            async with self.db.connection() as conn:
+            async with self.pool.connection() as conn:
                 await conn.execute(queries().prune_idempotency_keys,
                                    {"ttl_seconds": self.settings.idempotency_ttl_seconds})
                 await conn.execute(queries().prune_outbox,
@@ -159,8 +173,10 @@ class Sweeper:
         """Gauges of the pipeline as the database and the broker show it (metrics.JOBS_BY_STATE ...). A failure
         here never fails the sweep: the gauges keep their last values."""
         try:
-            async with self.db.connection() as conn:
+            async with self.pool.connection() as conn:
                 row = await (await conn.execute(queries().pipeline_gauges)).fetchone()
+            if row is None:
+                raise RuntimeError("pipeline_gauges returned no row")
             by_state = row["jobs_by_state"] or {}
             for state in metrics.JOB_STATES:
                 metrics.JOBS_BY_STATE.labels(state).set(by_state.get(state, 0))
@@ -198,7 +214,7 @@ class Sweeper:
         (those may be the outage's) — and recovers the leases that lapse after its start as usual, at once."""
         loop = asyncio.get_running_loop()
         try:
-            async with self.db.connection() as conn:
+            async with self.pool.connection() as conn:
                 await conn.execute(queries().db_now)
             now = loop.time()
             silent = None if self._last_contact is None else now - self._last_contact
@@ -236,10 +252,10 @@ class Sweeper:
         metrics.count_expired("sweeper", "sweeper", expired)
         return expired
 
-    async def _repeat(self, sql: str, params: dict) -> int:
+    async def _repeat(self, sql: str, params: dict[str, Any]) -> int:
         total = 0
         while True:
-            async with self.db.connection() as conn:
+            async with self.pool.connection() as conn:
                 cursor = await conn.execute(sql, params)
                 rows = await cursor.fetchall()
             self._last_contact = asyncio.get_running_loop().time()
@@ -258,7 +274,7 @@ class Sweeper:
         (level 5), so one version's backlog never hides another's lost message, and a version without workers
         is not fed a copy per period. Broker unreachable: skip."""
         stale = {"stale_seconds": self.settings.stale_queued_seconds}
-        async with self.db.connection() as conn:
+        async with self.pool.connection() as conn:
             versions = [row["pipeline_version"] for row in
                         await (await conn.execute(queries().stale_queued_versions, stale)).fetchall()]
         total = 0
@@ -281,7 +297,7 @@ class Sweeper:
             channel = await self._amqp.channel()
             try:
                 queue = await channel.declare_queue(queue_name, passive=True)
-                return int(queue.declaration_result.message_count)
+                return int(queue.declaration_result.message_count or 0)
             finally:
                 if not channel.is_closed:
                     await channel.close()
@@ -308,9 +324,9 @@ class Sweeper:
         """Doom staging records past the retention (database clock), delete their objects, forget them."""
         doomed = await self._repeat(queries().doom_staged_uploads, {
             "batch": BATCH, "retention_seconds": self.settings.staging_retention_seconds})
-        deleted, refused = 0, []
+        deleted, refused = 0, list[str]()
         while True:
-            async with self.db.connection() as conn:
+            async with self.pool.connection() as conn:
                 cursor = await conn.execute(queries().doomed_staged_uploads, {"batch": BATCH, "skip": refused})
                 keys = [row["object_key"] for row in await cursor.fetchall()]
             if not keys:
@@ -333,7 +349,7 @@ class Sweeper:
                     log.info("deleted staging object %s (never recorded, or released)", key)
             finally:
                 if gone:
-                    async with self.db.connection() as conn:
+                    async with self.pool.connection() as conn:
                         await conn.execute(queries().forget_staged_uploads, {"keys": gone})
                     deleted += len(gone)
             if len(keys) < BATCH:
@@ -341,7 +357,7 @@ class Sweeper:
         if refused:
             # Behind every other doomed key from now on (issue 23 defect 13: a key refused for good sorted first
             # and, its failure ending the sweep, blocked every later staging delete).
-            async with self.db.connection() as conn:
+            async with self.pool.connection() as conn:
                 await conn.execute(queries().postpone_staged_uploads, {"keys": refused})
         self._count({"staging_doomed": doomed, "staging_deleted": deleted, "staging_delete_refused": len(refused)})
         return deleted
