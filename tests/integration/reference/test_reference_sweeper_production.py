@@ -3,7 +3,8 @@
 
 * A deadline per execution: a claim that has run past EXECUTION_TIMEOUT_SECONDS is abandoned and recovered (a new
   attempt with its own message) whatever its lease says — here a lease renewed an hour ahead, as a worker that
-  renews but never finishes keeps it. Before: the job stayed ``processing`` under its live lease.
+  renews but never finishes keeps it. Before (claimed, then 2.5 s past a 2 s deadline): the job stayed
+  ``processing`` under its live lease.
 * Retention: the events of a job terminal for longer than EVENTS_RETENTION_SECONDS (its whole path at once) and
   audit rows older than AUDIT_RETENTION_SECONDS are pruned; a live job's events and young rows stay. Before: kept
   for ever.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 import uuid
 
 import pytest
@@ -77,11 +77,12 @@ def test_a_claim_past_its_execution_deadline_is_recovered_whatever_its_lease(pip
         "owner": "worker-renewing-for-ever", "lease_seconds": 3600, "job_id": job["job_id"], "attempt": 1,
         "pipeline_version": 1, "actor": "worker-renewing-for-ever"})
     assert claimed and claimed[0]["fencing_token"] == 1
-    time.sleep(2.5)
+    # claimed 20 minutes ago, its lease renewed all along (an hour ahead): past a 10-minute deadline
+    pipeline.sql("UPDATE jobs SET claimed_at = now() - interval '20 minutes' WHERE job_id = %s", (job["job_id"],))
     young = add_job(pipeline)  # claimed within its deadline: left alone
     pipeline.sql(queries().claim_job, {"owner": "w2", "lease_seconds": 3600, "job_id": young["job_id"], "attempt": 1,
                                        "pipeline_version": 1, "actor": "w2"})
-    counts = sweep(settings_of(pipeline, execution_timeout_seconds=2.0))
+    counts = sweep(settings_of(pipeline, execution_timeout_seconds=600.0))
 
     row = pipeline.sql("SELECT state, attempt, last_error, lease_owner FROM jobs WHERE job_id = %s",
                        (job["job_id"],))[0]
