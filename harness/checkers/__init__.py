@@ -16,7 +16,9 @@ declares what the rest of the harness needs to know about it; nothing else lists
 * optionally ``ALWAYS_COUNTED = True`` — its ``unknown`` means observation itself failed, so it counts in every
   scenario (see :func:`counts`).
 
-A new checker is its module here (and, for a checklist row to use it, the row in harness/checklist.py).
+A new checker is its module here (and, for a checklist row to use it, the row in harness/checklist.py). This folder is
+type-checked strictly (``make lint``: mypy, [tool.mypy] in pyproject.toml): ``check(history: History, final: FinalState,
+run: RunInfo) -> Verdict``, the types from harness/history.py and base.py.
 """
 
 from __future__ import annotations
