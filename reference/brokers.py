@@ -10,17 +10,24 @@ from __future__ import annotations
 
 import logging
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import aio_pika
-
-if TYPE_CHECKING:
-    from reference.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def broker_urls(settings: Settings) -> list[str]:
+class BrokerNodes(Protocol):
+    """What a connection needs of the settings (reference.settings.Settings has both)."""
+
+    @property
+    def amqp_url(self) -> str: ...
+
+    @property
+    def amqp_urls(self) -> str: ...
+
+
+def broker_urls(settings: BrokerNodes) -> list[str]:
     """AMQP_URLS (comma-separated) when set, else [AMQP_URL]."""
     listed = [u.strip() for u in (getattr(settings, "amqp_urls", "") or "").split(",") if u.strip()]
     return listed or [settings.amqp_url]
@@ -39,7 +46,7 @@ class _Rotation:
 _rotation = _Rotation()
 
 
-async def connect(settings: Settings, **options: Any) -> aio_pika.abc.AbstractConnection:
+async def connect(settings: BrokerNodes, **options: Any) -> aio_pika.abc.AbstractConnection:
     """``aio_pika.connect`` to the first node of the list that answers; raises the last error when none does.
     A connection that later closes moves the first node to try on to the next one."""
     urls = broker_urls(settings)

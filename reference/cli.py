@@ -25,9 +25,19 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from reference.runtime import configure_logging, install_stop_signals
 from reference.settings import Settings
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from reference.db.pool import Connection, Pool
+    from reference.replay import OperatorRefused
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("reference")
 
@@ -36,7 +46,7 @@ class ConfigurationRefused(SystemExit):
     """Settings refused at start: one line per problem on stderr naming the setting, exit code 2."""
 
 
-def configuration_problems(error) -> list[str]:
+def configuration_problems(error: ValidationError) -> list[str]:
     """One line per problem of a pydantic ValidationError, each naming its setting (values of secrets and URLs
     are not repeated)."""
     lines = []
@@ -117,7 +127,7 @@ def cmd_api(_: argparse.Namespace) -> int:
     return 0
 
 
-def _run_role(role: str, build) -> int:
+def _run_role(role: str, build: Callable[[Settings], Any]) -> int:
     settings = _settings(role)
     from reference import health
 
@@ -162,7 +172,9 @@ def cmd_sweeper(_: argparse.Namespace) -> int:
     return _run_role("sweeper", Sweeper)
 
 
-def _on_one_attachment(name: str, attachment_id_text: str, act, refused: type[Exception], render) -> int:
+def _on_one_attachment(name: str, attachment_id_text: str,
+                       act: Callable[[Connection, Settings, uuid.UUID], Awaitable[_T]],
+                       refused: type[OperatorRefused], render: Callable[[_T], object]) -> int:
     """An operator command on one attachment, with the database credentials as the authority (the HTTP endpoints
     need OPERATOR_TOKEN): ``act(conn, settings, attachment_id)`` in one connection; a refusal is printed as an error
     (exit 1), a bad id too (exit 2), the outcome as ``render(done)`` (exit 0)."""
@@ -239,7 +251,7 @@ def cmd_dlq_replay(args: argparse.Namespace) -> int:
             print(json.dumps({"error": {"code": "invalid_id", "message": f"{job_id}: not a UUID"}}))
             return 2
 
-    async def work(pool):
+    async def work(pool: Pool) -> dict[str, Any]:
         return await dlq.replay_letters(settings, pool, selector, operator=args.operator,
                                         reason=args.reason, ttl_seconds=settings.job_ttl_seconds,
                                         max_attempts=settings.max_attempts,
@@ -262,7 +274,7 @@ def cmd_operator_token(args: argparse.Namespace) -> int:
     from reference import operators
     from reference.db.pool import connect
 
-    async def main() -> dict | list:
+    async def main() -> dict[str, Any] | list[dict[str, Any]]:
         conn = await connect(settings, "reference-operator-token")
         async with conn:
             if args.token_command == "create":
@@ -283,7 +295,7 @@ def cmd_operator_token(args: argparse.Namespace) -> int:
             return 1
         raise
     print(json.dumps(done, default=str))
-    return 0 if args.token_command != "revoke" or done["revoked"] else 1
+    return 0 if args.token_command != "revoke" or (isinstance(done, dict) and done["revoked"]) else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -341,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             args.operator = f"cli:{getpass.getuser()}"
         except Exception:
             args.operator = "cli"
-    return args.func(args)
+    code: int = args.func(args)
+    return code
 
 
 if __name__ == "__main__":

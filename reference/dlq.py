@@ -35,10 +35,20 @@ import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
 
 from reference import topology
 from reference.db.queries import queries
+
+if TYPE_CHECKING:
+    from reference.brokers import BrokerNodes
+    from reference.db.pool import Pool
+    from reference.settings import Settings
+
+_T = TypeVar("_T")
 
 LIST_LIMIT = 100
 SCAN_LIMIT = 1000
@@ -83,7 +93,8 @@ def message_key(body: bytes, message_id: str | None) -> str:
     return str(message_id) if message_id else "sha256:" + hashlib.sha256(body).hexdigest()
 
 
-def describe(body: bytes, message_id: str | None, headers: dict | None, timestamp: Any = None) -> dict:
+def describe(body: bytes, message_id: str | None, headers: dict[str, Any] | None,
+             timestamp: Any = None) -> dict[str, Any]:
     """One dead letter as an operator sees it: its key, the job it maps to (or None), the reason it was
     dead-lettered, when it first died and how often. Pure: used by the list, the replay and the tests."""
     headers = dict(headers or {})
@@ -137,7 +148,7 @@ class Selector:
         return not (self.message_keys or self.job_ids or self.dead_reason or self.older_than_seconds is not None
                     or self.everything)
 
-    def matches(self, letter: dict, now: datetime) -> bool:
+    def matches(self, letter: dict[str, Any], now: datetime) -> bool:
         if self.message_keys or self.job_ids:
             if letter["message_key"] not in self.message_keys and letter.get("job_id") not in self.job_ids:
                 return False
@@ -150,7 +161,7 @@ class Selector:
         return True
 
 
-def decide(job: dict | None, replayed_before: dict | None) -> tuple[str, str]:
+def decide(job: dict[str, Any] | None, replayed_before: dict[str, Any] | None) -> tuple[str, str]:
     """(outcome, detail) for a mappable letter given its job row (locked) and an earlier replay of its attempt.
     ``replay`` means: do it (queued: publish again; failed: operator replay)."""
     if job is None:
@@ -172,26 +183,26 @@ def decide(job: dict | None, replayed_before: dict | None) -> tuple[str, str]:
 class _OneBroker:
     """A single URL given where the settings are expected (callers and tests that name one node)."""
 
-    def __init__(self, amqp_url: str):
+    def __init__(self, amqp_url: str) -> None:
         self.amqp_url, self.amqp_urls = amqp_url, ""
 
 
-async def _open(broker):
+async def _open(broker: BrokerNodes | str) -> tuple[AbstractConnection, AbstractChannel, AbstractQueue, int]:
     """``broker``: the settings (AMQP_URLS, else AMQP_URL: the node list every role fails over along, issue 23
     defect 3) or one URL."""
     from reference import brokers
 
-    settings = _OneBroker(broker) if isinstance(broker, str) else broker
+    settings: BrokerNodes = _OneBroker(broker) if isinstance(broker, str) else broker
     connection = await brokers.connect(settings, timeout=GET_TIMEOUT_SECONDS,
                                        client_properties={"connection_name": "reference-dlq"})
     channel = await connection.channel()
     queue = await channel.declare_queue(topology.DEAD_LETTER_QUEUE, passive=True)
-    return connection, channel, queue, int(queue.declaration_result.message_count)
+    return connection, channel, queue, int(queue.declaration_result.message_count or 0)
 
 
-async def _take(queue, count: int) -> list:
+async def _take(queue: AbstractQueue, count: int) -> list[AbstractIncomingMessage]:
     """Up to ``count`` dead letters, held unacknowledged (closing the channel returns them)."""
-    taken = []
+    taken: list[AbstractIncomingMessage] = []
     for _ in range(count):
         message = await queue.get(no_ack=False, fail=False, timeout=GET_TIMEOUT_SECONDS)
         if message is None:
@@ -200,11 +211,11 @@ async def _take(queue, count: int) -> list:
     return taken
 
 
-def _describe_message(message) -> dict:
+def _describe_message(message: AbstractIncomingMessage) -> dict[str, Any]:
     return describe(message.body, message.message_id, message.headers, message.timestamp)
 
 
-async def _give_back(taken) -> None:
+async def _give_back(taken: list[AbstractIncomingMessage]) -> None:
     """Return every letter still held, each with its own ``basic.nack(requeue=true)`` before the channel closes:
     from RabbitMQ 4.3 on a nack returns a message without counting a failed delivery (a ``basic.reject`` or a
     channel close counts one), so a read does not spend the letter's delivery limit there; on 3.x and 4.0-4.2
@@ -216,12 +227,12 @@ async def _give_back(taken) -> None:
             pass
 
 
-async def list_letters(broker, limit: int = LIST_LIMIT) -> dict:
+async def list_letters(broker: BrokerNodes | str, limit: int = LIST_LIMIT) -> dict[str, Any]:
     """What is in the dead-letter queue (the first ``limit`` letters, in queue order). Nothing is acknowledged:
     every letter goes back when the private channel closes."""
     limit = max(1, min(int(limit), SCAN_LIMIT))
     connection, channel, queue, depth = await _open(broker)
-    taken: list = []
+    taken: list[AbstractIncomingMessage] = []
     try:
         taken = await _take(queue, min(depth, limit))
         letters = [_describe_message(m) for m in taken]
@@ -233,8 +244,8 @@ async def list_letters(broker, limit: int = LIST_LIMIT) -> dict:
             "complete": len(letters) >= depth, "messages": letters}
 
 
-async def replay_letters(broker, pool, selector: Selector, *, operator: str, reason: str,
-                         ttl_seconds: float, max_attempts: int, max_replays: int) -> dict:
+async def replay_letters(broker: BrokerNodes | str, pool: Pool, selector: Selector, *, operator: str, reason: str,
+                         ttl_seconds: float, max_attempts: int, max_replays: int) -> dict[str, Any]:
     """Replay the dead letters ``selector`` takes; every letter looked at gets an audit row of the request."""
     reason, operator = (reason or "").strip(), (operator or "").strip()
     if not reason:
@@ -244,12 +255,13 @@ async def replay_letters(broker, pool, selector: Selector, *, operator: str, rea
     if selector.empty():
         raise DlqRefused(400, "selector_required", "name messages or jobs, or give a filter (reason, age, or all)")
     request_id = uuid.uuid4()
-    audit = {"request_id": request_id, "operator": operator[:200], "reason": reason[:1000]}
-    results: list[dict] = []
+    audit: dict[str, Any] = {"request_id": request_id, "operator": operator[:200], "reason": reason[:1000]}
+    results: list[dict[str, Any]] = []
     now = datetime.now(timezone.utc)
     connection, channel, queue, depth = await _open(broker)
-    seen_keys, seen_jobs = set(), set()
-    held: list = []
+    seen_keys: set[str] = set()
+    seen_jobs: set[str] = set()
+    held: list[AbstractIncomingMessage] = []
     try:
         taken = await _take(queue, min(depth, max(1, selector.limit)))
         held = list(taken)
@@ -281,8 +293,8 @@ async def replay_letters(broker, pool, selector: Selector, *, operator: str, rea
             "dead_letters_seen": depth, "counts": counts, "results": results}
 
 
-async def _replay_one(pool, letter: dict, audit: dict, ttl_seconds: float, max_attempts: int,
-                      max_replays: int) -> dict:
+async def _replay_one(pool: Pool, letter: dict[str, Any], audit: dict[str, Any], ttl_seconds: float,
+                      max_attempts: int, max_replays: int) -> dict[str, Any]:
     base = {"message_key": letter["message_key"], "job_id": letter["job_id"],
             "attachment_id": letter["attachment_id"], "dead_reason": letter["reason"]}
     row = {**audit, **base, "job_attempt": letter["attempt"]}
@@ -306,14 +318,14 @@ async def _replay_one(pool, letter: dict, audit: dict, ttl_seconds: float, max_a
             outcome, detail = decide(job, before)
             if job is not None:
                 row["attachment_id"] = job["attachment_id"]
-            if outcome == "replay" and job["state"] == "queued":
-                done = await (await conn.execute(queries().dlq_republish_queued, row)).fetchone()
-                if done["replayed"]:  # its audit row was written by the same statement
+            if outcome == "replay" and job is not None and job["state"] == "queued":  # decide: replay has a job
+                republished = await (await conn.execute(queries().dlq_republish_queued, row)).fetchone()
+                if republished is not None and republished["replayed"]:  # its audit row was written by the same statement
                     return {**base, "attachment_id": str(job["attachment_id"]), "outcome": "replayed",
                             "detail": f"queued: published again (attempt {job['attempt']})"}
                 # Lost to a concurrent replay of the same job and attempt: audited as such (issue 23 defect 11).
                 outcome, detail = "already_replayed", "replayed concurrently: nothing done"
-            if outcome == "replay":  # failed (original kept) or processing with a lapsed lease
+            if outcome == "replay" and job is not None:  # failed (original kept) or processing, lease lapsed
                 if job["state"] == "failed":
                     try:  # the letter's own job, never the attachment's other versions (issue 23 defect 5)
                         done = await replay(conn, job["attachment_id"], job_id=job["job_id"],
@@ -333,7 +345,7 @@ async def _replay_one(pool, letter: dict, audit: dict, ttl_seconds: float, max_a
     return shown
 
 
-async def _not_in_queue(pool, kind: str, name: str, audit: dict) -> dict:
+async def _not_in_queue(pool: Pool, kind: str, name: str, audit: dict[str, Any]) -> dict[str, Any]:
     job_id = _uuid(name) if kind == "job" else None
     async with pool.connection() as conn:
         earlier = await (await conn.execute(queries().dlq_replayed_lookup, {
@@ -353,7 +365,7 @@ async def _not_in_queue(pool, kind: str, name: str, audit: dict) -> dict:
             "detail": detail}
 
 
-async def run_with_pool(settings, work):
+async def run_with_pool(settings: Settings, work: Callable[[Pool], Awaitable[_T]]) -> _T:
     """For the CLI: a small pool of its own around ``work(pool)``."""
     from reference.db.pool import open_pool
 

@@ -21,19 +21,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING, Any, cast
 
 import aio_pika
-import psycopg
+from aio_pika.abc import AbstractExchange
 from pamqp.commands import Basic
+from psycopg.rows import DictRow
 
 from reference import brokers, metrics, topology
 from reference.backoff import FullJitterBackoff, reconnect_delays
-from reference.db.pool import connect
+from reference.db.pool import Connection, connect
 from reference.db.queries import queries
 from reference.failpoints import Failpoints
 from reference.health import Health, fresh
 from reference.messages import InvalidMessage, JobMessage
 from reference.runtime import sleep_or_stop
+
+if TYPE_CHECKING:
+    from reference.settings import Settings
 
 log = logging.getLogger("reference.relay")
 NOTIFY_CHANNEL = "reference_outbox"
@@ -47,7 +52,7 @@ UNROUTABLE_ERROR_CODE = "unroutable"
 
 
 class Relay:
-    def __init__(self, settings, failpoints: Failpoints | None = None):
+    def __init__(self, settings: Settings, failpoints: Failpoints | None = None) -> None:
         self.settings = settings
         self.failpoints = failpoints or Failpoints(settings.failpoints)
         self.topology = topology.config_from_settings(settings)
@@ -126,11 +131,11 @@ class Relay:
                     except Exception:
                         pass
 
-    async def _listen(self, conn: psycopg.AsyncConnection, wake: asyncio.Event) -> None:
+    async def _listen(self, conn: Connection, wake: asyncio.Event) -> None:
         async for _ in conn.notifies():
             wake.set()
 
-    async def _wait(self, work, wake: asyncio.Event, stop: asyncio.Event, listener: asyncio.Task,
+    async def _wait(self, work: Connection, wake: asyncio.Event, stop: asyncio.Event, listener: asyncio.Task[None],
                     floor: float = 0.0) -> None:
         """Sleep until the earliest due row, a NOTIFY, stop, or the poll interval; at least ``floor``."""
         timeout = self.settings.relay_poll_seconds
@@ -147,14 +152,14 @@ class Relay:
             for waiter in waiters:
                 waiter.cancel()
 
-    async def _measure_lag(self, work: psycopg.AsyncConnection) -> None:
+    async def _measure_lag(self, work: Connection) -> None:
         cursor = await work.execute(queries().outbox_lag)
         row = await cursor.fetchone()
         self.lag_seconds = max(0.0, (row["seconds"] if row else None) or 0.0)
         self.lag_seen_at = time.monotonic()
         metrics.OUTBOX_LAG.set(self.lag_seconds)
 
-    async def _drain_once(self, work: psycopg.AsyncConnection, exchange) -> int:
+    async def _drain_once(self, work: Connection, exchange: AbstractExchange) -> int:
         """Publish one batch of due rows; returns how many were confirmed (or settled as unpublishable)."""
         broken: BaseException | None = None
         async with work.transaction():
@@ -165,7 +170,8 @@ class Relay:
             await self.failpoints.ahit("after_commit_before_publish")
             # A message that fails the schema now fails it on every later try: it is never put on the
             # wire, and its row gets a terminal outcome below instead of a deferral.
-            messages, unpublishable = [], []
+            messages: list[tuple[DictRow, aio_pika.Message]] = []
+            unpublishable: list[tuple[DictRow, InvalidMessage]] = []
             for row in rows:
                 try:
                     messages.append((row, build_message(row)))
@@ -175,21 +181,22 @@ class Relay:
                                                             topology.routing_key_for(row["pipeline_version"]))
                                               for row, message in messages),
                                             return_exceptions=True)
-            confirmed, refused = [], []
+            confirmed: list[Any] = []
+            refused: list[tuple[DictRow, Exception]] = []
             for (row, _), outcome in zip(messages, outcomes):
                 if outcome is True:
                     confirmed.append(row["id"])
                 elif isinstance(outcome, (aio_pika.exceptions.DeliveryError, aio_pika.exceptions.PublishError,
                                           ValueError)):
                     refused.append((row, outcome))
-                else:
+                elif isinstance(outcome, BaseException):
                     broken = broken or outcome
             # Confirms are in; the crash window is before they are recorded.
             if confirmed:
                 await self.failpoints.ahit("after_publish_before_confirm")
             if confirmed:
                 await work.execute(queries().outbox_mark_published, {"ids": confirmed})
-            unroutable = []
+            unroutable: list[tuple[DictRow, Exception]] = []
             for row, outcome in refused:
                 if _no_route(outcome) and (row.get("age_seconds") or 0.0) >= self.settings.outbox_unroutable_give_up_seconds:
                     unroutable.append((row, outcome))
@@ -202,8 +209,8 @@ class Relay:
                 await work.execute(queries().outbox_defer, {
                     "ids": [row["id"]], "error": str(outcome)[:500], "delay_seconds": delay,
                 })
-            for row, exc in unpublishable:
-                await self._bury(work, row, exc)
+            for row, invalid in unpublishable:
+                await self._bury(work, row, invalid)
             for row, outcome in unroutable:
                 # Issue 23 defect 6: no queue is bound for the row's routing key (a reprocess to a pipeline version
                 # no worker ever declared) and none was for OUTBOX_UNROUTABLE_GIVE_UP_SECONDS: a terminal outcome,
@@ -215,8 +222,8 @@ class Relay:
             raise broken if isinstance(broken, Exception) else ConnectionError(str(broken))
         return len(confirmed) + len(unpublishable) + len(unroutable)
 
-    async def _bury(self, work: psycopg.AsyncConnection, row, exc: BaseException,
-                    error_code: str = None, kind: str = "unpublishable") -> None:
+    async def _bury(self, work: Connection, row: DictRow, exc: BaseException,
+                    error_code: str | None = None, kind: str = "unpublishable") -> None:
         """Terminal outcome of a row whose message can never be published (or routed): the row is settled (dead)
         and, when it carries the job's current queued attempt, the job ends failed with ``error_code``
         (UNPUBLISHABLE_ERROR_CODE unless given)."""
@@ -235,13 +242,14 @@ class Relay:
                       "the job is not queued at that attempt", row["id"], row["job_id"], row["attempt"], exc,
                       extra=ids)
 
-    async def _publish(self, exchange, message: aio_pika.Message, routing_key: str = topology.ROUTING_KEY) -> bool:
+    async def _publish(self, exchange: AbstractExchange, message: aio_pika.Message, routing_key: str = topology.ROUTING_KEY) -> bool:
         # Level 5: a version's own routing key. Mandatory: a version whose queue no consumer has declared yet is
         # returned (refused) and its row deferred with backoff, never dropped.
         result = await exchange.publish(message, routing_key, mandatory=True,
                                         timeout=PUBLISH_TIMEOUT_SECONDS)
         if not isinstance(result, Basic.Ack):
-            raise aio_pika.exceptions.DeliveryError(None, result)
+            # A returned message (basic.return) or a nack: the frame is what _no_route reads.
+            raise aio_pika.exceptions.DeliveryError(None, cast(Any, result))
         return True
 
 
@@ -251,7 +259,7 @@ def _no_route(outcome: BaseException) -> bool:
     return isinstance(frame, Basic.Return) and getattr(frame, "reply_code", None) == 312
 
 
-def build_message(row) -> aio_pika.Message:
+def build_message(row: DictRow) -> aio_pika.Message:
     """The AMQP message of an outbox row; raises InvalidMessage when it can never pass the schema."""
     try:
         job = JobMessage(
