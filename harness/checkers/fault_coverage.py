@@ -53,12 +53,13 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
         else:
             missing.append(item)
     if outside and not missing:
-        # A timed kill is the harness's own, landed where the implementation happened to be: outside its window it
-        # tested nothing about the window (so the scenario proves no row: harness/grade.py), but nothing the
+        # A fault the kind says was done but missed its aim (a timed kill outside its window, a kill of child
+        # processes in a role that has none) tested nothing about its target (so the scenario proves no row: harness/grade.py), but nothing the
         # scenario judges is in doubt either. A failpoint crash without its window's evidence stays unknown.
         return Verdict(NAME, VALID, REQUIREMENTS,
-                       f"{len(outside)} timed kills landed outside the window they aimed at: the window was not "
-                       "tested in this run (its rows are proven elsewhere or not at all)", exercised=False,
+                       f"{len(outside)} faults were done but missed what they aimed at (first: "
+                       f"{outside[0]['message']}): it was not tested in this run (its rows are proven elsewhere or "
+                       "not at all)", exercised=False,
                        evidence=outside + done, seed=seed_of(run))
     missing += outside
     if missing:
