@@ -98,6 +98,7 @@ class ApiObserver(Poller):
         self._pool: ThreadPoolExecutor | None = None
         self._terminal: set[str] = set()
         self.states: dict[str, str] = {}
+        self.attempts: dict[str, object] = {}  # attachment -> the attempt its last read reported (sigstop until_claimed)
         self.seen_seq: dict[str, set] = {}
         self.first_seen: dict[str, dict[str, float]] = {}  # attachment -> state -> wall when first observed
         self.next_read: dict[str, float] = {}  # attachment -> monotonic time of its next read by tick()
@@ -159,6 +160,7 @@ class ApiObserver(Poller):
         state = body.get("state")
         self._note_unknown(attachment_id, reported.get("state") if isinstance(reported, dict) else None, "status")
         changed = state != self.states.get(attachment_id)
+        self.attempts[attachment_id] = body.get("attempt")
         if changed and state == "ready" and self.on_ready is not None:
             try:  # before the state is recorded: a job picked as `ready` (republish, crash) was snapshotted first
                 self.on_ready(attachment_id, body)

@@ -1,5 +1,6 @@
 """``sigstop``: SIGSTOP of a role's process group for ``duration`` seconds, then SIGCONT (optionally another
-instance started ``start_instance_after`` seconds into the pause, and the queue and job states probed for
+instance started ``start_instance_after`` seconds into the pause, the pause prolonged until a job the paused owner
+held is claimed anew, at most ``until_claimed`` seconds more, and the queue and job states probed for
 ``probe_seconds`` after the resume); the roles of ``hold`` — never the paused one — are kept stopped meanwhile."""
 
 from __future__ import annotations
@@ -24,18 +25,82 @@ def run(ctx, step) -> None:
         ctx.release(step)
         return
     name = ctx.target(step)
+    held = jobs_in_flight(ctx) if step.get("until_claimed") is not None else {}
     ctx.processes.sigstop(name)
+    paused_at = time.monotonic()
     ctx.log(f"SIGSTOP {name} for {step.get('duration', 5)}s")
     if step.get("start_instance_after") is not None:
         time.sleep(float(step["start_instance_after"]))
         ctx.start_extra_instance(ctx.supervisor.instances[name].role)
-    remaining = float(step.get("duration", 5)) - float(step.get("start_instance_after") or 0)
-    time.sleep(max(0.0, remaining))
+    time.sleep(max(0.0, paused_at + float(step.get("duration", 5)) - time.monotonic()))
+    if step.get("until_claimed") is not None:
+        wait_claimed_anew(ctx, step, held, paused_at)
     ctx.processes.sigcont(name)
     ctx.log(f"SIGCONT {name}")
     if step.get("probe_seconds") is not None:
         probe_after_resume(ctx, step)
     ctx.release(step)
+
+
+def jobs_in_flight(ctx) -> dict[str, object]:
+    """Just before the pause: the jobs the API shows ``processing`` (one fresh read of each unfinished one), with the
+    attempt each showed — those the owner about to sleep may hold."""
+    observer = ctx.observer
+    if observer is None:
+        return {}
+    held = {}
+    for attachment_id in [a for a in observer.ids if observer.states.get(a) not in ("ready", "failed")]:
+        try:
+            observer.poll_one(attachment_id)
+        except Exception:
+            pass
+        if observer.states.get(attachment_id) == "processing":
+            held[attachment_id] = getattr(observer, "attempts", {}).get(attachment_id)
+    return held
+
+
+def claimed_anew(ctx, held: dict[str, object]) -> tuple[str, object, object] | None:
+    """A job of ``held`` read now as ``processing`` at a higher attempt than it had at the pause (the sleeping owner
+    cannot have claimed it: another consumer did), or ended (nothing left to wait for)."""
+    observer = ctx.observer
+    for attachment_id, attempt in held.items():
+        try:
+            observer.poll_one(attachment_id)
+        except Exception:
+            continue
+        state = observer.states.get(attachment_id)
+        now = getattr(observer, "attempts", {}).get(attachment_id)
+        if state in ("ready", "failed"):
+            return attachment_id, state, now
+        if (state == "processing" and isinstance(now, int) and isinstance(attempt, int)
+                and not isinstance(now, bool) and now > attempt):
+            return attachment_id, state, now
+    return None
+
+
+def wait_claimed_anew(ctx, step, held: dict[str, object], paused_at: float) -> None:
+    """After the pause's ``duration``: keep the owner asleep until a job it held is claimed anew by another consumer,
+    at most ``until_claimed`` seconds more. A new instance can take long to start on a loaded machine, and a broker may
+    hand the recovered job's message back to the sleeping consumer (it still has prefetch room): until someone else
+    claimed the job, waking the owner lets it take its own job again and there is no old and new owner at once."""
+    ceiling = time.monotonic() + float(step["until_claimed"])
+    found = None
+    while held and time.monotonic() < ceiling and not ctx.stopping.is_set():
+        found = claimed_anew(ctx, held)
+        if found is not None:
+            break
+        time.sleep(0.1)
+    extra = round(max(0.0, time.monotonic() - paused_at - float(step.get("duration", 5))), 3)
+    if found is not None:
+        attachment_id, state, attempt = found
+        ctx.history.append("note", message=f"pause ended: a job the paused owner held was seen {state} at attempt "
+                           f"{attempt} while it slept", fault=step["index"], attachment_id=attachment_id,
+                           held_attempt=held.get(attachment_id), attempt=attempt, extra_seconds=extra)
+    else:
+        ctx.history.append("note", message=("pause ended at its ceiling: no job the paused owner held was claimed "
+                                            "anew while it slept" if held else
+                                            "pause not prolonged: no job was seen processing when it began"),
+                           fault=step["index"], held=held, extra_seconds=extra)
 
 
 def probe_after_resume(ctx, step) -> None:

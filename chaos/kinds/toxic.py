@@ -1,5 +1,5 @@
-"""``toxic``: a Toxiproxy toxic (cut, blackhole, reset_peer, latency) on a service for ``duration`` seconds — on every
-role's link, or with ``role`` on that role's own link only (the runner gives it a proxy of its own)."""
+"""``toxic``: a Toxiproxy toxic (cut, blackhole, reset_peer, latency) on a service for ``duration`` seconds (with
+``until = "idle"``: until every accepted job is terminal, at most ``duration``) — on every role's link, or with ``role`` on that role's own link only (the runner gives it a proxy of its own)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,17 @@ def run(ctx, step) -> None:
               for role in roles]
     ctx.log(f"{step['toxic']} on {step['service']}" + (f" of {', '.join(roles)}" if step.get("role") else "")
             + f" for {step.get('duration', 3)}s")
-    time.sleep(float(step.get("duration", 3)))
+    if step.get("until") == "idle":
+        # Until every accepted job is terminal, at most ``duration``: a toxic that must outlast a job whose length
+        # depends on other faults (a pause prolonged until its job is claimed anew) ends on the event, not a guess.
+        deadline = time.monotonic() + float(step.get("duration", 3))
+        while time.monotonic() < deadline and not ctx.stopping.is_set() and not ctx.condition("idle"):
+            time.sleep(0.1)
+        ctx.history.append("note", message="toxic ended: " + ("every accepted job terminal" if ctx.condition("idle")
+                                                              else "its duration (ceiling) elapsed"),
+                           fault=step["index"])
+    else:
+        time.sleep(float(step.get("duration", 3)))
     for role, toxic in toxics:
         ctx.network.remove(step["service"], step["toxic"], toxic, role=role)
 
