@@ -15,6 +15,12 @@ load add to every delay alike, so the gain in seconds is measured against the ga
 spread on the late retry numbers (delays of one retry number not all alike). Each test has a clear
 "yes", a clear "no" (a zero, fixed or unjittered delay: invalid) and a band between them that says ``unknown``;
 too few samples, or a declared cap that leaves no room to grow over the observed retries, is ``unknown`` too.
+Queue wait does not add to every delay alike when every attempt fails at once: the early retries of all jobs come
+back together and wait for the worker's slots, the late ones (spread by jitter) do not, so a correct full jitter can
+look flat or shrinking. The harness sees that wait itself, from its tap on the broker: the time a retried job's
+message sat in the work queue (its publish to the declared work exchange and routing key, to its first delivery
+from the work queue; never the implementation's own report, such as an outbox row's available_at). Each delay is
+judged both as measured and less that wait; a violation stands only when both show it.
 The thresholds scale with the adapter's declared ``retry_base_seconds`` and ``retry_cap_seconds`` (none declared:
 ``unknown``), never with one implementation's constants.
 """
@@ -111,9 +117,9 @@ def budget_seconds(run: RunInfo, max_attempts: int) -> float | None:
     return sum(min(cap, base * 2.0 ** min(k, 60)) for k in range(1, max_attempts)) + max_attempts * (lease + 1)
 
 
-def retry_delays(trans: list[dict[str, Any]]) -> list[tuple[int, float]]:
-    """(retry number k, seconds) for each requeue followed by a claim; k counts requeues within one budget (an
-    operator replay, ``failed → queued``, starts a new budget)."""
+def retry_samples(trans: list[dict[str, Any]]) -> list[tuple[int, float, Any]]:
+    """(retry number k, seconds, attempt of the next claim) for each requeue followed by a claim; k counts requeues
+    within one budget (an operator replay, ``failed → queued``, starts a new budget)."""
     out, k = [], 0
     for prev, nxt in zip(trans, trans[1:]):
         if prev["from"] == "failed" and prev["to"] == "queued":
@@ -121,14 +127,97 @@ def retry_delays(trans: list[dict[str, Any]]) -> list[tuple[int, float]]:
         if prev["from"] == "processing" and prev["to"] == "queued":
             k += 1
             if nxt["to"] == "processing" and prev["at"] is not None and nxt["at"] is not None:
-                out.append((k, max(0.0, round(nxt["at"] - prev["at"], 3))))
+                out.append((k, max(0.0, round(nxt["at"] - prev["at"], 3)), nxt.get("attempt")))
+    return out
+
+
+def retry_delays(trans: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(retry number k, seconds) for each requeue followed by a claim (see ``retry_samples``)."""
+    return [(k, d) for k, d, _ in retry_samples(trans)]
+
+
+def work_queue_waits(history: History, run: RunInfo) -> dict[tuple[str, int], float]:
+    """(attachment_id, attempt) -> seconds its message sat in the work queue before the broker first delivered it,
+    from the harness's own tap: the last publish of that job's message for that attempt to the declared work
+    exchange and routing key (a message that reaches the work queue through a delay queue is published there again
+    when it is dead-lettered in) up to its first delivery from the declared work queue. Both times are the
+    harness's, on one clock. Nothing is returned when the adapter declares no exchange, routing key or work queue:
+    a publish elsewhere (a delay exchange) may be the backoff itself, never queue wait."""
+    broker = (run.get("adapter") or {}).get("broker") or {}
+    exchange, key, queue = broker.get("exchange"), broker.get("routing_key"), broker.get("work_queue")
+    if not (exchange and key and queue):
+        return {}
+    published: dict[tuple[str, int], list[float]] = {}
+    for e in history.of_type("message"):
+        body = e.get("body")
+        if not isinstance(body, dict) or e.get("exchange") != exchange or e.get("routing_key") != key:
+            continue
+        attachment_id, attempt = body.get("attachment_id"), body.get("attempt")
+        if isinstance(attachment_id, str) and isinstance(attempt, int) and e.get("t") is not None:
+            published.setdefault((attachment_id, attempt), []).append(float(e["t"]))
+    out: dict[tuple[str, int], float] = {}
+    for d in history.of_type("delivery"):
+        attachment_id, attempt = d.get("attachment_id"), d.get("attempt")
+        if d.get("queue") != queue or d.get("t") is None or not isinstance(attachment_id, str) \
+                or not isinstance(attempt, int) or (attachment_id, attempt) in out:
+            continue
+        at = float(d["t"])
+        before = [t for t in published.get((attachment_id, attempt), ()) if t <= at]
+        if before:
+            out[(attachment_id, attempt)] = round(at - max(before), 3)
     return out
 
 
 def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap: float,
-                  poll: float | None = None) -> tuple[str, str, dict[str, Any]]:
+                  poll: float | None = None,
+                  waits: dict[int, list[float | None]] | None = None) -> tuple[str, str, dict[str, Any]]:
     """Growth and spread of the delays per retry number: (status, why, facts). ``poll``: the adapter's declared
-    ``retry_poll_seconds`` (None: undeclared; the measured scheduling noise alone is discounted)."""
+    ``retry_poll_seconds`` (None: undeclared; the measured scheduling noise alone is discounted). ``waits``: for
+    each delay (same order as ``by_retry``), the seconds the harness saw its message wait in the work queue before
+    delivery (None: not seen). Each delay is also judged less that wait (the delay the implementation chose plus
+    what the harness could not see); a violation stands only if the delays as measured and the delays less the
+    seen queue wait both show it, so the credit can take a false alarm away but never make one."""
+    if waits:
+        credited = {k: [max(0.0, round(d - (w or 0.0), 3)) for d, w in zip(ds, waits.get(k) or [None] * len(ds))]
+                    for k, ds in by_retry.items()}
+        seen = sum(1 for ws in waits.values() for w in ws if w is not None)
+    else:
+        credited, seen = by_retry, 0
+    raw = _judge_backoff(by_retry, jobs, base, cap, poll)
+    queue: dict[str, Any] = {"samples": sum(len(ds) for ds in by_retry.values()), "observed": seen}
+    if not seen:
+        raw[2]["work_queue_wait"] = {**queue, "note": "no publish and delivery of the retried messages seen in the "
+                                                       "work queue: nothing credited"}
+        return raw
+    net = _judge_backoff(credited, jobs, base, cap, poll)
+    early_ks, late_ks = net[2].get("early_retries") or [], net[2].get("late_retries") or []
+
+    def mean_wait(ks: list[int]) -> float | None:
+        ws = [w for k in ks for w in (waits or {}).get(k, []) if w is not None]
+        return round(mean(ws), 3) if ws else None
+
+    queue.update({"early_mean": mean_wait(early_ks), "late_mean": mean_wait(late_ks)})
+    if raw[0] == INVALID and net[0] == INVALID:
+        raw[2]["work_queue_wait"] = {**queue, "less_queue_wait": net[1]}
+        return raw
+    if raw[0] == INVALID:  # a violation as measured, gone once the queue wait the harness saw is taken off
+        status, facts = net[0], net[2]
+        why = (f"{net[1]} (judged on the delays less the {queue['early_mean']}s / {queue['late_mean']}s mean "
+               f"work-queue wait the harness saw at retries {early_ks} / {late_ks}; as measured: {raw[1]})")
+    elif net[0] == INVALID:  # fine as measured, a violation only less the queue wait: neither view is sure
+        status, facts = UNKNOWN, net[2]
+        why = f"as measured: {raw[1]}; but less the work-queue wait the harness saw: {net[1]}"
+    else:
+        status, why, facts = next((v for v in (raw, net) if v[0] == VALID), net)
+    facts = {**facts, "work_queue_wait": queue, "as_measured": {"status": raw[0], "why": raw[1],
+                                                                 **{k: raw[2].get(k) for k in ("early", "late",
+                                                                                               "mean_gain",
+                                                                                               "mean_ratio")}}}
+    return status, why, facts
+
+
+def _judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap: float,
+                   poll: float | None = None) -> tuple[str, str, dict[str, Any]]:
     judged = sorted(k for k, ds in by_retry.items() if len(ds) >= MIN_SAMPLES)
     facts: dict[str, Any] = {"samples_per_retry": {str(k): len(by_retry[k]) for k in sorted(by_retry)}}
     if jobs < MIN_JOBS or len(judged) < 2:
@@ -219,6 +308,8 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     held = None if lift_t is None else round(lift_t - arm_t, 1)
     problems, unjudged, failed_ok = [], [], []
     by_retry: dict[int, list[float]] = {}
+    waits_by_retry: dict[int, list[float | None]] = {}  # the work-queue wait the harness saw, per delay
+    queue_waits = work_queue_waits(history, run)
     retried_jobs = 0
     per_job: dict[str, list[tuple[int, float]]] = {}
     attachments = final.get("attachments") or {}
@@ -234,12 +325,14 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
         replays = len(operator_replays(history, attachment_id))
         budget = max_attempts * (1 + replays)
         state, attempt, code = body.get("state"), body.get("attempt"), body.get("error_code")
-        delays = retry_delays(trans)
+        samples = retry_samples(trans)
+        delays = [(k, d) for k, d, _ in samples]
         if delays:
             retried_jobs += 1
             per_job[attachment_id] = delays
-        for k, d in delays:
+        for k, d, next_attempt in samples:
             by_retry.setdefault(k, []).append(d)
+            waits_by_retry.setdefault(k, []).append(queue_waits.get((attachment_id, next_attempt)))
         claims = sorted({t["attempt"] for t in trans if t["to"] == "processing" and isinstance(t["attempt"], int)})
         where: dict[str, Any] = {"attachment_id": attachment_id, "job_id": acceptance.get("job_id")}
         late = lift_t is not None and (ended is None or ended > lift_t)
@@ -294,7 +387,8 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
         backoff = (UNKNOWN, "no retry delay observed (no processing → queued → processing in the events)", {})
     else:
         backoff = judge_backoff(by_retry, retried_jobs, declared_timing(run, "retry_base_seconds"),
-                                declared_timing(run, "retry_cap_seconds"), timing(run, "retry_poll_seconds"))
+                                declared_timing(run, "retry_cap_seconds"), timing(run, "retry_poll_seconds"),
+                                waits_by_retry)
     b_status, b_why, b_facts = backoff
     shown: list[dict[str, Any]] = []  # per-job delays shown with a backoff violation
     facts.append(evidence(f"backoff: {b_why}", delays={str(k): v[:20] for k, v in sorted(by_retry.items())},

@@ -196,3 +196,71 @@ def test_full_jitter_on_a_declared_poller_is_still_valid():
     statuses = [check(scenario(seed=seed, delay=polled_jitter, timings={"retry_poll_seconds": 0.5})[0]).status
                 for seed in range(100)]
     assert INVALID not in statuses and statuses.count(UNKNOWN) <= 6, statuses.count(UNKNOWN)  # 5 of 100
+
+
+BROKER = {"exchange": "attachments.jobs", "routing_key": "jobs.process", "work_queue": "attachments.jobs.process"}
+
+
+def crowded(early_wait=1.2, jobs=8, seed=20261202, delay=None, tapped=True):
+    """The reference's production shape under load (issue 23, stored level-5 run at seed 20261202): every attempt
+    fails at once, so the early retries of all jobs come back together and their messages sit ready in the work
+    queue while the worker's slots are busy (the harness sees the publish and the delivery itself); the late
+    retries, spread by jitter, are delivered at once. ``early_wait``: seconds the retries 1 and 2 wait there."""
+    rng = random.Random(seed)
+    delay = delay or (lambda rng, k: rng.uniform(0, min(CAP, BASE * 2 ** (k - 1))) + rng.uniform(0, 0.3))
+    b = Builder(level=5, max_attempts=MAX, scenario={"name": "retry-budget-exhausted", "checks": ["retry_exhaustion"]})
+    b.run["adapter"]["timings"].update({"retry_base_seconds": BASE, "retry_cap_seconds": CAP})
+    b.run["adapter"]["broker"] = dict(BROKER)
+    b.add(0.05, "fault", action="failpoint", phase="arm", role="worker", window="after_s3_write_before_commit",
+          spec="error")
+    for j in range(jobs):
+        att, job = str(uuid.UUID(int=3000 + j)), str(uuid.UUID(int=4000 + j))
+        at = 1.0 + 0.3 * j
+        b.upload(at, attachment_id=att, job_id=job)
+        steps = [(at + 0.05, None, "queued", 1, "api")]
+        t = at + 0.1
+        for attempt in range(1, MAX + 1):
+            wait = rng.uniform(0.5 * early_wait, 1.5 * early_wait) if attempt in (2, 3) else 0.0
+            if tapped:
+                b.add(t, "message", exchange=BROKER["exchange"], routing_key=BROKER["routing_key"],
+                      body={"attachment_id": att, "job_id": job, "attempt": attempt}, properties={})
+                b.add(t + wait, "delivery", queue=BROKER["work_queue"], attachment_id=att, job_id=job,
+                      attempt=attempt, message_id=job, redelivered=0)
+            t += wait + 0.05
+            steps.append((t, "queued", "processing", attempt, "worker"))
+            t += 0.4
+            if attempt == MAX:
+                break
+            steps.append((t, "processing", "queued", attempt + 1, "worker"))
+            t += delay(rng, attempt)  # the delay the implementation chose, to the publish of the next attempt
+        steps.append((t, "processing", "failed", MAX, "worker"))
+        b.transitions(att, steps, error_code="attempts_exhausted")["attempt"] = MAX
+    b.add(60.0, "fault", action="failpoint", phase="end", role="worker", window="after_s3_write_before_commit",
+          spec="error", reason="idle")
+    return b
+
+
+def test_full_jitter_behind_a_crowded_work_queue_is_not_called_flat():
+    """Issue 23: full jitter whose early retries waited seconds in the work queue (the broker's publish → delivery,
+    seen by the harness) was judged "delays do not grow" (before the fix: INVALID on every one of these seeds)."""
+    statuses = [check(crowded(seed=seed)).status for seed in range(20261202, 20261222)]
+    assert INVALID not in statuses, statuses
+    assert statuses.count(VALID) >= 15, statuses
+    verdict = check(crowded())
+    queue = next(e["work_queue_wait"] for e in verdict.evidence if "work_queue_wait" in e)
+    assert queue["observed"] == queue["samples"] and queue["early_mean"] > 0.5 and queue["late_mean"] == 0
+
+
+def test_a_fixed_delay_behind_a_crowded_work_queue_stays_invalid():
+    """The queue-wait credit takes away only what the harness saw the message wait in the work queue: a fixed
+    delay is still flat after it, and a zero delay too."""
+    for fixed in (lambda rng, k: 0.4 + rng.uniform(0, 0.1), lambda rng, k: 0.0):
+        statuses = [check(crowded(seed=seed, delay=fixed)).status for seed in range(20)]
+        assert set(statuses) == {INVALID}, statuses
+
+
+def test_without_a_tap_the_queue_wait_is_not_credited():
+    """Without the broker's publish and delivery in the history, nothing is credited: the raw delays are judged."""
+    verdict = check(crowded(tapped=False))
+    queue = next(e["work_queue_wait"] for e in verdict.evidence if "work_queue_wait" in e)
+    assert queue["observed"] == 0
