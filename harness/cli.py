@@ -179,7 +179,7 @@ def cmd_mutate(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .run_driver import recheck
+    from .recheck import recheck
 
     run_dir = Path(args.run_dir)
     stored_path = run_dir / "results.json"

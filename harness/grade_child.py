@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -311,8 +312,6 @@ def child_main(job, conn) -> None:
     templates_before: set = set()
     try:
         from .grade import grade
-        from .grade_many import start_problem
-
         seen: set[Path] = set()
 
         def progress(text) -> None:
@@ -338,8 +337,6 @@ def child_main(job, conn) -> None:
     try:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the tidy-up below is not cut short
         _drop_own_templates(job.stack, templates_before)
-        from .grade_many import roles_running
-
         labels = {pid: f"role {key.split('/', 1)[1]}" for key, pid in roles_running(job.folder).items()}
         kill_descendants(labels, lambda text: channel.send(("say", text)))
         channel.send(("done", outcome))
@@ -356,3 +353,66 @@ def _drop_own_templates(stack, before: set) -> None:
             stack.postgres.drop_template(template.database)
         except Exception:  # noqa: BLE001 - the stack's data folder goes with the stack anyway
             pass
+
+
+# --- what a child's grade folder shows (read by the child and by its parent) ---------------------------------------
+
+def roles_running(folder: Path) -> dict[str, int]:
+    """Role instances the histories under ``folder`` show started and not exited: instance -> pid."""
+    running: dict[str, int] = {}
+    for history in sorted(folder.glob("grade-*/*/history.jsonl")):
+        try:
+            lines = history.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for raw in lines:
+            if '"role"' not in raw:
+                continue
+            try:
+                e = json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+            if e.get("type") != "role" or not isinstance(e.get("pid"), int):
+                continue
+            key = f"{history.parent.name}/{e.get('role')}"
+            if e.get("action") == "start":
+                running[key] = e["pid"]
+            elif e.get("action") == "exit" and running.get(key) == e["pid"]:
+                running.pop(key)
+    return running
+
+
+def start_problem(folder: Path, seen: set[Path]) -> str | None:
+    """If a scenario just finished without getting the submission started (its setup or roles failed), why."""
+    for run_json in sorted(folder.glob("grade-*/*/run.json")):
+        if run_json in seen:
+            continue
+        try:
+            run = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            continue  # being written: looked at again on the next progress line
+        seen.add(run_json)
+        timings = run.get("timings") or {}
+        if run.get("error") and "faults_and_workload" not in timings:
+            where = "setup" if "start_roles" not in timings else "starting the roles"
+            logs = run_json.parent / "logs"
+            log = logs / "setup.log" if where == "setup" else None
+            if log is None:
+                role = ((run.get("adapter") or {}).get("http") or {}).get("role") or "api"
+                log = logs / f"{role}.log"
+                if not log.is_file():
+                    candidates = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
+                    log = candidates[-1] if candidates else log
+            tail = _last_line(log)
+            return (f"{where} failed in {run_json.parent.name}: {run['error']}"
+                    + (f" — {log.name}: {tail}" if tail else ""))
+    return None
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines()
+                 if line.strip() and not line.startswith("=== harness:")]
+    except OSError:
+        return ""
+    return lines[-1][:240] if lines else ""

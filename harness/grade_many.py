@@ -42,7 +42,8 @@ from pathlib import Path
 
 from . import adapter as adapter_mod
 from . import scenarios as catalogue_mod
-from .grade_child import DidNotStart, FileGate, SubmissionTimeout, _stat, answer, child_main, kill_tree
+from .grade_child import (DidNotStart, FileGate, SubmissionTimeout, _stat, answer, child_main, kill_tree,  # noqa: F401
+                          roles_running, start_problem)  # re-exported: what the parent reads of a child's grade folder
 from .report import table
 from .runner import REPORTS_DIR
 
@@ -125,31 +126,6 @@ def our_children(since_ticks: int | None = None, exclude: set[int] = frozenset()
     return out
 
 
-def roles_running(folder: Path) -> dict[str, int]:
-    """Role instances the histories under ``folder`` show started and not exited: instance -> pid."""
-    running: dict[str, int] = {}
-    for history in sorted(folder.glob("grade-*/*/history.jsonl")):
-        try:
-            lines = history.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for raw in lines:
-            if '"role"' not in raw:
-                continue
-            try:
-                e = json.loads(raw)
-            except json.JSONDecodeError:
-                continue
-            if e.get("type") != "role" or not isinstance(e.get("pid"), int):
-                continue
-            key = f"{history.parent.name}/{e.get('role')}"
-            if e.get("action") == "start":
-                running[key] = e["pid"]
-            elif e.get("action") == "exit" and running.get(key) == e["pid"]:
-                running.pop(key)
-    return running
-
-
 # Several submissions on one stack (--jobs N), each grade in its own process: the gate is a pair of file locks
 # (harness/grade_child.py), released by the kernel when a holder dies.
 RunGate = FileGate
@@ -182,42 +158,6 @@ def partial_grade(folder: Path, adapter, level: int, seed: int, only: list[str] 
                         required, required_items)
     write_grade_reports(grade_dir, results)
     return results, grade_dir
-
-
-def start_problem(folder: Path, seen: set[Path]) -> str | None:
-    """If a scenario just finished without getting the submission started (its setup or roles failed), why."""
-    for run_json in sorted(folder.glob("grade-*/*/run.json")):
-        if run_json in seen:
-            continue
-        try:
-            run = json.loads(run_json.read_text())
-        except (OSError, ValueError):
-            continue  # being written: looked at again on the next progress line
-        seen.add(run_json)
-        timings = run.get("timings") or {}
-        if run.get("error") and "faults_and_workload" not in timings:
-            where = "setup" if "start_roles" not in timings else "starting the roles"
-            logs = run_json.parent / "logs"
-            log = logs / "setup.log" if where == "setup" else None
-            if log is None:
-                role = ((run.get("adapter") or {}).get("http") or {}).get("role") or "api"
-                log = logs / f"{role}.log"
-                if not log.is_file():
-                    candidates = sorted(logs.glob("*.log"), key=lambda p: p.stat().st_mtime) if logs.is_dir() else []
-                    log = candidates[-1] if candidates else log
-            tail = _last_line(log)
-            return (f"{where} failed in {run_json.parent.name}: {run['error']}"
-                    + (f" — {log.name}: {tail}" if tail else ""))
-    return None
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = [line.strip() for line in path.read_text(errors="replace").splitlines()
-                 if line.strip() and not line.startswith("=== harness:")]
-    except OSError:
-        return ""
-    return lines[-1][:240] if lines else ""
 
 
 class SubmissionGrade:

@@ -75,31 +75,3 @@ def busy_roles(adapter, faults) -> tuple[set, set]:
     struck = {f.get("role") for f in faults if f["action"] in ("sigkill", "sigstop")} | {
         r for f in faults if f["action"] == "hold" for r in f["hold"]}
     return armed, struck
-
-
-def stored_kind(folder: Path) -> str:
-    """What a stored folder holds: ``soak``, ``grade`` or ``run`` (one scenario's run)."""
-    import json
-
-    stored = Path(folder) / "results.json"
-    try:
-        kind = json.loads(stored.read_text()).get("kind") if stored.is_file() else None
-    except (OSError, ValueError):
-        kind = None
-    return kind if kind in ("soak", "grade") else "run"
-
-
-def recheck(folder: Path, write: bool = True) -> tuple[str, dict]:
-    """Judge a stored folder again from its recorded histories, without services: ``(kind, results)``."""
-    kind = stored_kind(folder)
-    if kind == "soak":
-        from .soak import recheck as recheck_soak
-
-        return kind, recheck_soak(Path(folder))
-    if kind == "grade":
-        from .grade import recheck_grade
-
-        return kind, recheck_grade(Path(folder))
-    from .runner import check_run_dir
-
-    return kind, check_run_dir(Path(folder), write=write)

@@ -369,7 +369,7 @@ def soak(adapter, sut: str, seeds: list[int], *, uploads: int = DEFAULT_UPLOADS,
          nemesis: str = "random", parallel: int = 1, reports_dir: Path | None = None, progress=print,
          keep_data: bool = False, stack=None) -> tuple[dict, Path]:
     """Run one scenario per seed on one shared stack (``parallel`` side by side; one restarting a service alone)."""
-    from .grade import _run_side_by_side
+    from .grade_schedule import _run_side_by_side
     from .runner import REPORTS_DIR, ScenarioRun
 
     level = int(level or adapter.level)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness import cli, errors, run_driver
+from harness import cli, errors, recheck, run_driver
 
 
 def test_a_seed_given_is_kept_and_one_drawn_is_short_enough_to_type_back():
@@ -76,13 +76,13 @@ def test_own_stack_stops_only_a_stack_it_started_and_times_it(tmp_path, monkeypa
 
 
 def test_recheck_goes_by_what_the_folder_stored(tmp_path):
-    assert run_driver.stored_kind(tmp_path) == "run"
+    assert recheck.stored_kind(tmp_path) == "run"
     (tmp_path / "results.json").write_text(json.dumps({"kind": "soak"}))
-    assert run_driver.stored_kind(tmp_path) == "soak"
+    assert recheck.stored_kind(tmp_path) == "soak"
     (tmp_path / "results.json").write_text(json.dumps({"kind": "grade"}))
-    assert run_driver.stored_kind(tmp_path) == "grade"
+    assert recheck.stored_kind(tmp_path) == "grade"
     (tmp_path / "results.json").write_text("{cut short")
-    assert run_driver.stored_kind(tmp_path) == "run"
+    assert recheck.stored_kind(tmp_path) == "run"
 
 
 def test_every_command_error_is_one_type_with_its_exit_code(capsys, monkeypatch):
