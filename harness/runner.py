@@ -23,7 +23,7 @@ from chaos import FailpointFaults, NetworkFaults, ProcessFaults, ServiceFaults, 
 from chaos import kinds as fault_kinds
 from chaos.context import BrokerHandle, FaultContext
 
-from . import clock, drain, http_clients, metrics, tenants_ahead, timing, workload
+from . import clock, drain, http_clients, metrics, tenants_ahead, timing, workload, workload_tail
 from .final_state import read_final, staging_retention_wait
 from .history import HistoryWriter
 from .nemesis import resolve_schedule, schedule_fingerprint
@@ -396,9 +396,22 @@ class ScenarioRun:
                 return  # aborted: the rest of the workload is not sent
             uploader.upload(op, on_accepted=self.observer.watch)
 
+        tail_spec = w.get("tail") or {}
+        tail_n = min(int(tail_spec.get("uploads", 0)), len(self.ops))
+        main_ops, tail_ops = self.ops[:len(self.ops) - tail_n], self.ops[len(self.ops) - tail_n:]
+        tail = None
+        if tail_ops:  # uploads sent once the consumers are seen back (harness/workload_tail.py)
+            tail = threading.Thread(target=workload_tail.run_tail, name="workload-tail", daemon=True, args=(
+                tail_spec, tail_ops), kwargs=dict(
+                send=lambda op: uploader.upload(op, on_accepted=self.observer.watch), observer=self.observer,
+                history=self.history, consumer_roles=self.adapter.expand_roles(["@consumers"]),
+                stopping=self.stopping, log=self.log))
+            tail.start()
         with ThreadPoolExecutor(int(w.get("concurrency", 2))) as pool:
-            list(pool.map(one, enumerate(self.ops)))
-        workload.idempotency_probes(uploader, self.ops, self.seed, int(w.get("repeat_keys", 0)),
+            list(pool.map(one, enumerate(main_ops)))
+        if tail is not None:
+            tail.join()
+        workload.idempotency_probes(uploader, main_ops, self.seed, int(w.get("repeat_keys", 0)),
                                     int(w.get("conflicting_keys", 0)), on_accepted=self.observer.watch)
         self.faults.workload_done.set()
         self.log(f"workload done: {len(self.observer.ids)} accepted of {len(self.ops)}")

@@ -119,3 +119,15 @@ def test_a_label_selector_counts_only_its_samples():
     assert totals(text, {"shop_jobs_total"}) == {"shop_jobs_total": 45.0}
     assert totals(text, {'shop_jobs_total{outcome="expired",role="sweeper"}'}) == {
         'shop_jobs_total{outcome="expired",role="sweeper"}': 3.0}
+
+
+def test_no_read_where_the_scenario_does_not_ask_for_the_check_is_not_exercised_not_unknown():
+    # clock-skew-expiry expires jobs but does not list expiry_metric: the runner reads no /metrics there, and a level-5
+    # grade printed "unknown: no /metrics was read" for a read it never meant to make.
+    b = builder()
+    b.run["scenario"] = {"name": "clock-skew-expiry", "checks": ["clock_agreement", "expiry"]}
+    v = check(b)
+    assert (v.status, v.exercised) == ("valid", False) and "does not ask for expiry_metric" in v.summary
+    b.run["scenario"]["checks"].append("expiry_metric")
+    v = check(b)
+    assert v.status == "unknown" and "no /metrics was read" in v.summary
