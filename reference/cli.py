@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from reference import tracing
 from reference.runtime import configure_logging, install_stop_signals
 from reference.settings import Settings
 
@@ -74,6 +75,7 @@ def _settings(role: str) -> Settings:
             print(f"reference {role}: configuration refused: {line}", file=sys.stderr)
         raise ConfigurationRefused(2) from None
     configure_logging(role, settings.log_level, settings.log_format)
+    tracing.configure(settings.tracing_exporter, role)
     for warning in settings.start_warnings():
         log.warning("configuration: %s", warning)
     return settings

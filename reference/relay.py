@@ -21,14 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 import aio_pika
 from aio_pika.abc import AbstractExchange
+from opentelemetry.trace import Span, SpanKind
 from pamqp.commands import Basic
 from psycopg.rows import DictRow
 
-from reference import brokers, metrics, topology
+from reference import brokers, metrics, topology, tracing
 from reference.backoff import FullJitterBackoff, reconnect_delays
 from reference.db.pool import Connection, connect
 from reference.db.queries import queries
@@ -36,6 +38,7 @@ from reference.failpoints import Failpoints
 from reference.health import Health, fresh
 from reference.messages import InvalidMessage, JobMessage
 from reference.runtime import sleep_or_stop
+from reference.tracing import accept_tracestate
 
 if TYPE_CHECKING:
     from reference.settings import Settings
@@ -172,15 +175,23 @@ class Relay:
             # wire, and its row gets a terminal outcome below instead of a deferral.
             messages: list[tuple[DictRow, aio_pika.Message]] = []
             unpublishable: list[tuple[DictRow, InvalidMessage]] = []
+            # One PRODUCER span per publish, continuing the row's trace (the API's request span); its context is
+            # the message's traceparent, so the worker's CONSUMER span is its child.
+            spans: list[Span] = []
             for row in rows:
+                span = publish_span(row)
                 try:
-                    messages.append((row, build_message(row)))
+                    messages.append((row, build_message(row, tracing.carrier_of(span))))
+                    spans.append(span)
                 except InvalidMessage as exc:
+                    tracing.end_span(span, exc)
                     unpublishable.append((row, exc))
             outcomes = await asyncio.gather(*(self._publish(exchange, message,
                                                             topology.routing_key_for(row["pipeline_version"]))
                                               for row, message in messages),
                                             return_exceptions=True)
+            for span, outcome in zip(spans, outcomes):
+                tracing.end_span(span, outcome if isinstance(outcome, BaseException) else None)
             confirmed: list[Any] = []
             refused: list[tuple[DictRow, Exception]] = []
             for (row, _), outcome in zip(messages, outcomes):
@@ -259,14 +270,29 @@ def _no_route(outcome: BaseException) -> bool:
     return isinstance(frame, Basic.Return) and getattr(frame, "reply_code", None) == 312
 
 
-def build_message(row: DictRow) -> aio_pika.Message:
-    """The AMQP message of an outbox row; raises InvalidMessage when it can never pass the schema."""
+def publish_span(row: DictRow) -> Span:
+    """The PRODUCER span of one publish of ``row``, a child of the row's traceparent (a new trace without one)."""
+    return tracing.start_span(f"{topology.routing_key_for(row['pipeline_version'])} publish",
+                              kind=SpanKind.PRODUCER,
+                              parent=tracing.parent_context(row.get("traceparent"), row.get("tracestate")),
+                              attributes={"messaging.system": "rabbitmq", "messaging.operation.type": "publish",
+                                          "messaging.message.id": str(row["job_id"]), "reference.job_id": str(row["job_id"]),
+                                          "reference.attempt": row["attempt"],
+                                          "reference.attachment_id": str(row.get("attachment_id"))})
+
+
+def build_message(row: DictRow, trace: Mapping[str, str] | None = None) -> aio_pika.Message:
+    """The AMQP message of an outbox row; raises InvalidMessage when it can never pass the schema. ``trace``
+    (the publish span's ``traceparent``/``tracestate``) replaces the row's own when it names one."""
+    traceparent, tracestate = row["traceparent"], row["tracestate"]
+    if trace and trace.get("traceparent"):
+        traceparent, tracestate = trace["traceparent"], accept_tracestate(trace.get("tracestate")) or tracestate
     try:
         job = JobMessage(
             job_id=row["job_id"], attempt=row["attempt"], attachment_id=row["attachment_id"],
             pipeline_version=row["pipeline_version"], variants=tuple(row["variants"] or ()),
             created_at=row["created_at"], expires_at=row["expires_at"],
-            traceparent=row["traceparent"], tracestate=row["tracestate"],
+            traceparent=traceparent, tracestate=tracestate,
         )
         body = job.to_body()  # validates against schemas/jobs.schema.json
         properties = job.amqp_properties()

@@ -163,6 +163,10 @@ class Settings(BaseSettings):
     # text: one line per record; json: one JSON object per line with role, pid and the record's job_id,
     # attachment_id, attempt and trace_id where it names them.
     log_format: str = Field("text", pattern=r"^(text|json)$")
+    # OpenTelemetry spans API -> relay -> worker -> S3 (reference/tracing.py): none exports nothing (the global
+    # tracer provider, a no-op unless the host installed one; the traceparent still travels), console prints each
+    # span on stdout.
+    tracing_exporter: str = Field("none", pattern=r"^(none|console)$")
 
     @field_validator("level")
     @classmethod

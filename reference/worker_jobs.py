@@ -22,9 +22,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from aio_pika.abc import AbstractIncomingMessage
+from opentelemetry.trace import SpanKind
 from psycopg.rows import DictRow
 
-from reference import imaging, metrics, worker_session
+from reference import imaging, metrics, tracing, worker_session
 from reference.backoff import reconnect_delays
 from reference.db.queries import queries
 from reference.failpoints import FailpointError
@@ -98,7 +99,14 @@ class JobProcessor(SessionConsumer):
                 if job.pipeline_version != self.settings.pipeline_version:
                     await self._forward(message, job)
                     return
-                await self._process(message, job, received_at)
+                # The CONSUMER span continues the message's traceparent (the relay's publish span): S3 and commit
+                # spans below are its children, and the job's log lines name its trace id.
+                with tracing.span(f"{getattr(message, 'routing_key', None) or 'jobs'} process", kind=SpanKind.CONSUMER,
+                                  parent=tracing.parent_context(*tracing.message_trace(getattr(message, "headers", None), job)),
+                                  attributes={"messaging.system": "rabbitmq", "messaging.operation.type": "process",
+                                              "reference.job_id": str(job.job_id), "reference.attempt": job.attempt,
+                                              "reference.attachment_id": str(job.attachment_id)}):
+                    await self._process(message, job, received_at)
             except Stopping:
                 await worker_session.settle(message, "nack")
             except asyncio.CancelledError:
@@ -147,7 +155,9 @@ class JobProcessor(SessionConsumer):
             claim, claimed_at, _ = await self._db_timed(queries().claim_job, params)
         token = claim["fencing_token"]
         # The message's trace (W3C traceparent, started by the API, carried by the relay) names this job's log lines.
-        claim = {**claim, "trace_id": job.traceparent[3:35] if job.traceparent else None}
+        # With tracing on, the CONSUMER span's trace id (the message's, or a new trace's for a malformed one).
+        claim = {**claim, "trace_id": tracing.current_trace_id()
+                 or (job.traceparent[3:35] if job.traceparent else None)}
         log.info("claimed job %s attempt %d token %d", job.job_id, claim["attempt"], token, extra=self._ids(claim))
         if claim["expired"]:
             if await self._finish_failed(message, claim, "expired", "expired before its effect"):
@@ -203,7 +213,8 @@ class JobProcessor(SessionConsumer):
                 await self._finish_transient(message, claim, exc, lease=lease)
                 return
             mark = time.monotonic()
-            committed = await self._commit(claim, results, lease)
+            with tracing.span("commit", attributes={"reference.fencing_token": token, "db.operation.name": "commit"}):
+                committed = await self._commit(claim, results, lease)
             timings["commit"] = time.monotonic() - mark
             if committed == "expired":
                 if await self._finish_failed(message, claim, "expired", "expired before its commit", lease=lease):
@@ -302,15 +313,18 @@ class JobProcessor(SessionConsumer):
                                expires_at: float | None = None) -> list[dict[str, Any]]:
         await lease.wait_live(self.stop)
         mark = time.monotonic()
-        original = await self._store_call(claim, lease, expires_at, self.store.get_bytes, claim["original_key"])
+        with tracing.span("s3 get original", kind=SpanKind.CLIENT, attributes={"rpc.system": "s3"}) as span:
+            original = await self._store_call(claim, lease, expires_at, self.store.get_bytes, claim["original_key"])
+            tracing.set_attribute(span, "reference.bytes", len(original))
         if sha256_hex(original) != claim["original_sha256"].strip():
             raise imaging.ImageRejected("original_checksum_mismatch", "staging object differs from its record")
         timings["fetch"], mark = time.monotonic() - mark, time.monotonic()
         await lease.wait_live(self.stop)
         # The dimensions the API read from the header at the upload: what the image promises, never parsed here.
         width, height = claim.get("original_width"), claim.get("original_height")
-        rendered = await self.render_pool.render(original, tuple(claim["variants"]),
-                                                 pixels=width * height if width and height else None)
+        with tracing.span("render", attributes={"reference.variants": ",".join(claim["variants"])}):
+            rendered = await self.render_pool.render(original, tuple(claim["variants"]),
+                                                     pixels=width * height if width and height else None)
         timings["render"], mark = time.monotonic() - mark, time.monotonic()
         results = []
         for variant in rendered:
@@ -321,8 +335,11 @@ class JobProcessor(SessionConsumer):
             key = variant_key(claim["attachment_id"], claim["pipeline_version"], variant.name, variant.extension,
                               claim["fencing_token"])
             digest = sha256_hex(variant.data)
-            await self._store_call(claim, lease, expires_at, self.store.put_bytes, key, variant.data,
-                                   variant.content_type, digest)
+            with tracing.span("s3 put variant", kind=SpanKind.CLIENT,
+                              attributes={"rpc.system": "s3", "reference.variant": variant.name,
+                                          "reference.bytes": len(variant.data)}):
+                await self._store_call(claim, lease, expires_at, self.store.put_bytes, key, variant.data,
+                                       variant.content_type, digest)
             results.append({"variant": variant.name, "object_key": key, "sha256": digest, "size": len(variant.data),
                             "content_type": variant.content_type, "width": variant.width, "height": variant.height})
         timings["store"] = time.monotonic() - mark

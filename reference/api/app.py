@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from PIL import Image
 
+from reference import tracing
 from reference.api import errors
 from reference.api.limits import DecodeSandbox, UploadGate
 from reference.api.routes import ROUTERS
@@ -59,6 +60,8 @@ def create_app(settings: Settings, *, connect: bool = True) -> FastAPI:
                                              settings.max_pixels, settings.max_side, settings.retry_after_seconds)
     errors.install(app, settings.retry_after_seconds)
 
+    # OpenTelemetry: each /v1/ request in a SERVER span continuing its traceparent (reference/tracing.py).
+    app.add_middleware(tracing.TraceRequests)
     for router in ROUTERS:
         app.include_router(router)
     return app

@@ -27,7 +27,7 @@ from reference.failpoints import FailpointError
 from reference.inspection import inspect_image, sanitize_filename
 from reference.keys import staging_key
 from reference.storage import ObjectStore, StorageUnavailable
-from reference.tracing import accept_traceparent, accept_tracestate
+from reference.tracing import accept_tracestate, request_traceparent
 
 router = APIRouter()
 
@@ -124,7 +124,7 @@ async def create_attachment(
                 "filename": sanitize_filename(upload.filename),
                 "job_id": job_id, "pipeline_version": settings.pipeline_version,
                 "variants": list(settings.variants), "ttl_seconds": settings.job_ttl_seconds,
-                "traceparent": accept_traceparent(traceparent), "tracestate": accept_tracestate(tracestate),
+                "traceparent": request_traceparent(traceparent), "tracestate": accept_tracestate(tracestate),
             })
             outcome = await cursor.fetchone()
         if outcome is None:
