@@ -20,7 +20,9 @@ back together and wait for the worker's slots, the late ones (spread by jitter) 
 look flat or shrinking. The harness sees that wait itself, from its tap on the broker: the time a retried job's
 message sat in the work queue (its publish to the declared work exchange and routing key, to its first delivery
 from the work queue; never the implementation's own report, such as an outbox row's available_at). Each delay is
-judged both as measured and less that wait; a violation stands only when both show it.
+judged both as measured and less that wait; a violation stands only when both show it. Noise the tap cannot see
+(a worker's own buffer): when the early retry numbers' delays spread beyond what full jitter can spread there by as
+much as the gain it promises, "delays do not grow" is not said (``unknown``, the reason given).
 The thresholds scale with the adapter's declared ``retry_base_seconds`` and ``retry_cap_seconds`` (none declared:
 ``unknown``), never with one implementation's constants.
 """
@@ -197,9 +199,10 @@ def judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap:
         return round(mean(ws), 3) if ws else None
 
     queue.update({"early_mean": mean_wait(early_ks), "late_mean": mean_wait(late_ks)})
-    if raw[0] == INVALID and net[0] == INVALID:
-        raw[2]["work_queue_wait"] = {**queue, "less_queue_wait": net[1]}
-        return raw
+    if net[0] == INVALID and (raw[0] == INVALID or raw[2].get("noise_hides_growth")):
+        # Also flat as measured, or hidden there only by noise the seen queue wait accounts for.
+        net[2]["work_queue_wait"] = {**queue, "as_measured": raw[1]}
+        return net[0], net[1], net[2]
     if raw[0] == INVALID:  # a violation as measured, gone once the queue wait the harness saw is taken off
         status, facts = net[0], net[2]
         why = (f"{net[1]} (judged on the delays less the {queue['early_mean']}s / {queue['late_mean']}s mean "
@@ -262,6 +265,16 @@ def _judge_backoff(by_retry: dict[int, list[float]], jobs: int, base: float, cap
     facts.update({"late_spread": spreads, "late_width": {str(k): round(width(k), 3) for k in late_ks},
                   "scheduling_noise": {"measured_at_early_retries": round(measured_noise, 3),
                                        "declared_retry_poll_seconds": poll, "discounted": round(noise, 3)}})
+    # Scheduling noise beyond what full jitter can spread at the early retry numbers (the higher reading of their
+    # ceilings): as large as the gain promised, it alone can hide the growth (early retries that queued together).
+    unexplained = measured_noise - mean(min(cap, base * 2.0 ** min(k, 60)) for k in early_ks)
+    facts["scheduling_noise"]["beyond_early_jitter"] = round(unexplained, 3)
+    if (r_mean < GROWTH_FLAT or gain_mean < promised * FLAT_SHARE) and unexplained >= promised:
+        facts["noise_hides_growth"] = True
+        return UNKNOWN, (f"growth cannot be judged: the delays of retries {early_ks} spread {measured_noise:.3f}s, "
+                         f"{unexplained:.3f}s beyond what full jitter spreads there, as much as the {promised:.3f}s "
+                         f"gain full jitter promises (mean {mean(early):.3f}s at {early_ks}, {mean(late):.3f}s at "
+                         f"{late_ks}): scheduling noise, such as early retries queued together, can hide it"), facts
     if r_mean < GROWTH_FLAT or gain_mean < promised * FLAT_SHARE:
         return INVALID, (f"delays do not grow: mean {mean(early):.3f}s at retries {early_ks}, {mean(late):.3f}s at "
                          f"{late_ks} (gain {gain_mean:.3f}s, ratio {r_mean:.2f}; full jitter under the declared "

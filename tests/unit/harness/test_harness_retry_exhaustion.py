@@ -255,8 +255,20 @@ def test_a_fixed_delay_behind_a_crowded_work_queue_stays_invalid():
     """The queue-wait credit takes away only what the harness saw the message wait in the work queue: a fixed
     delay is still flat after it, and a zero delay too."""
     for fixed in (lambda rng, k: 0.4 + rng.uniform(0, 0.1), lambda rng, k: 0.0):
-        statuses = [check(crowded(seed=seed, delay=fixed)).status for seed in range(20)]
-        assert set(statuses) == {INVALID}, statuses
+        for wait in (1.2, 2.0):
+            statuses = [check(crowded(seed=seed, delay=fixed, early_wait=wait)).status for seed in range(20)]
+            assert set(statuses) == {INVALID}, (wait, statuses)
+
+
+def test_without_a_tap_noise_as_large_as_the_promised_gain_makes_growth_unknown():
+    """Unseen by the tap, early retries that queued together spread their delays by more than full jitter can
+    there; when that excess is as large as the gain full jitter promises, "delays do not grow" is not said."""
+    verdict = check(crowded(tapped=False, early_wait=2.0))
+    assert verdict.status == UNKNOWN and "growth cannot be judged" in verdict.summary, verdict.summary
+    statuses = [check(crowded(seed=seed, tapped=False, early_wait=2.0)).status for seed in range(100)]
+    assert statuses.count(UNKNOWN) >= 80 and VALID not in statuses, statuses.count(UNKNOWN)
+    fixed = [check(crowded(seed=seed, tapped=False, delay=lambda rng, k: 0.4)).status for seed in range(20)]
+    assert set(fixed) == {INVALID}, fixed  # a queue that did not crowd hides nothing
 
 
 def test_without_a_tap_the_queue_wait_is_not_credited():
