@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:  # types only: the runner imports this module, and these import more of the harness
-    from harness.adapter import Adapter
     from harness.broker import ConsumerSampler, Management, Tap
     from harness.history import HistoryWriter
     from harness.supervisor import Instance, Supervisor
@@ -39,6 +38,35 @@ class ObserverView(Protocol):
     def poll_one(self, attachment_id: str) -> None: ...
 
 
+class AdapterView(Protocol):
+    """What the fault kinds read of the implementation's adapter (harness/adapter.py ``Adapter`` is one): named
+    here so that the kinds stay below the harness's adapter module, which the checkers sit under."""
+
+    raw: dict[str, Any]
+
+    @property
+    def roles(self) -> dict[str, Any]: ...
+    @property
+    def http(self) -> dict[str, Any]: ...
+    @property
+    def broker(self) -> dict[str, Any]: ...
+    @property
+    def timings(self) -> dict[str, Any]: ...
+    @property
+    def vocabulary(self) -> Any: ...
+    @property
+    def operator_token(self) -> str: ...
+    @property
+    def replay_path(self) -> str: ...
+    @property
+    def reprocess_path(self) -> str | None: ...
+    def has(self, capability: str) -> bool: ...
+    def version_env(self, version: int) -> dict[str, str]: ...
+    def roles_flagged(self, flag: str) -> list[str]: ...
+    def window_role(self, window: str) -> str | None: ...
+    def expand_roles(self, names: list[str], windows: list[str] = ...) -> list[str]: ...
+
+
 @dataclass
 class BrokerHandle:
     """The broker as the kinds use it: the management API (get, publish, depths, leaders), the tap (every message
@@ -53,7 +81,7 @@ class BrokerHandle:
 
 @dataclass
 class FaultContext:
-    adapter: Adapter
+    adapter: AdapterView
     seed: int
     windows: list[str]
     schedule: list[Step]

@@ -19,14 +19,7 @@ WINDOWS = (
     "after_s3_write_before_commit",
     "after_commit_before_ack",
 )
-# Where each window sits when an adapter does not say (the reference's layout).
-DEFAULT_WINDOW_ROLES = {
-    "after_staging_before_record": "api",
-    "after_commit_before_publish": "relay",
-    "after_publish_before_confirm": "relay",
-    "after_s3_write_before_commit": "worker",
-    "after_commit_before_ack": "worker",
-}
+from .defaults import DEFAULT_WINDOW_ROLES as DEFAULT_WINDOW_ROLES  # noqa: E402 - re-exported
 
 
 class AdapterError(ValueError):

@@ -75,7 +75,7 @@ def in_flight_at(kill: dict, history) -> dict[str, dict]:
 def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
     """The first piece of ``window``'s evidence after ``kill`` (a ``fault`` line: a timed kill or a failpoint hit,
     with its ``seq``, ``wall`` and ``role``), or None."""
-    from harness.checkers.base import transitions_of
+    from harness.transitions import transitions_of
 
     after = [e for e in history.events if e["seq"] > kill["seq"]]
     messages = [e for e in history.of_type("message") if isinstance(e.get("body"), dict) and e["body"].get("job_id")]

@@ -52,7 +52,7 @@ def run(ctx, step) -> None:
 
 def windows(adapter) -> list[str]:
     """The failure windows the adapter maps to one of its roles."""
-    from harness.adapter import DEFAULT_WINDOW_ROLES
+    from harness.defaults import DEFAULT_WINDOW_ROLES
 
     names = list(dict.fromkeys([*DEFAULT_WINDOW_ROLES, *(adapter.raw.get("failpoints") or {})]))
     return [w for w in names if adapter.window_role(w)]

@@ -12,10 +12,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from ..history import Event, History
+# The checkers' view of an attachment's path (harness/transitions.py, below the fault kinds too), re-exported.
+from ..transitions import (
+    FinalState as FinalState,
+    _of_attachment as _of_attachment,
+    final_events as final_events,
+    observed_transitions as observed_transitions,
+    of_served_version as of_served_version,
+    served_version as served_version,
+    transitions_of as transitions_of,
+)
 
 # final.json (the state read from the API and S3 after the drain) and run.json (scenario, seed, adapter, level), as
 # stored: JSON objects whose fields the checkers read with ``.get`` (a missing one is None, never an error).
-FinalState = dict[str, Any]
 RunInfo = dict[str, Any]
 
 VALID, INVALID, UNKNOWN = "valid", "invalid", "unknown"
@@ -183,76 +192,6 @@ def accepted_attachments(history: History) -> dict[str, dict[str, Event]]:
     out: dict[str, dict[str, Event]] = {}
     for invoke, ok in history.accepted():
         out.setdefault(ok["attachment_id"], {"invoke": invoke, "ok": ok})
-    return out
-
-
-def final_events(final: FinalState, attachment_id: str | None) -> list[dict[str, Any]]:
-    record = final.get("attachments", {}).get(attachment_id) or {}
-    return list(record.get("events") or [])
-
-
-def observed_transitions(history: History, attachment_id: str | None) -> list[Event]:
-    return _of_attachment(history, "transition", attachment_id)
-
-
-def _of_attachment(history: History, type_: str, attachment_id: Any) -> list[Event]:
-    """Indexed when the history can (harness.history.History.of_attachment), else a scan (a hand-made history)."""
-    if hasattr(history, "of_attachment"):
-        return history.of_attachment(type_, attachment_id)
-    return [e for e in history.of_type(type_) if e.get("attachment_id") == attachment_id]
-
-
-def served_version(final: FinalState, attachment_id: str | None) -> Any:
-    """The pipeline_version GET served for the attachment at the final read (None when not read)."""
-    record = ((final or {}).get("attachments") or {}).get(attachment_id) or {}
-    return (record.get("body") or {}).get("pipeline_version")
-
-
-def of_served_version(events: list[dict[str, Any]], final: FinalState,
-                      attachment_id: str | None) -> list[dict[str, Any]]:
-    """Level 5: the events of several pipeline versions' jobs share one stream (each names its
-    ``pipeline_version``); a path is judged per version, so the per-attachment invariants read the version GET
-    serves (else the oldest). ``version_isolation`` judges the versions against each other. One version (or
-    events that name none): unchanged."""
-    versions: set[Any] = {ev.get("pipeline_version") for ev in events} - {None}
-    if len(versions) <= 1:
-        return events
-    keep = served_version(final, attachment_id)
-    if keep not in versions:
-        keep = min(versions)
-    return [ev for ev in events if ev.get("pipeline_version") in (keep, None)]
-
-
-def transitions_of(history: History, final: FinalState, attachment_id: str | None) -> list[dict[str, Any]]:
-    """The attachment's transitions in commit order: final /events if read, else what the run observed.
-
-    Each item: {"seq", "at" (epoch), "from", "to", "attempt", "actor", "reason", "line" (history line or None)}.
-    """
-    lines = {(e.get("event_seq")): e["line"] for e in observed_transitions(history, attachment_id)}
-    events = final_events(final, attachment_id)
-    if not events:
-        events = [
-            {"seq": e.get("event_seq"), "at": e.get("at_server"), "from": e.get("from"), "to": e.get("to"),
-             "attempt": e.get("attempt"), "actor": e.get("actor"), "reason": e.get("reason"),
-             "pipeline_version": e.get("pipeline_version")}
-            for e in observed_transitions(history, attachment_id)
-        ]
-    events = of_served_version(events, final, attachment_id)
-    out = []
-    for ev in sorted(events, key=lambda e: (e.get("seq") is None, e.get("seq") or 0)):
-        out.append(
-            {
-                "seq": ev.get("seq"),
-                "at": parse_time(ev.get("at")),
-                "at_text": ev.get("at"),
-                "from": ev.get("from"),
-                "to": ev.get("to"),
-                "attempt": ev.get("attempt"),
-                "actor": ev.get("actor"),
-                "reason": ev.get("reason"),
-                "line": lines.get(ev.get("seq")),
-            }
-        )
     return out
 
 

@@ -187,3 +187,18 @@ def test_a_hold_covering_a_fault_is_released_once_that_fault_is_in_force(tmp_pat
     writer.close()
     lines = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
     assert never.released is not None and any("fault 2 was not in force" in x.get("message", "") for x in lines)
+
+
+def test_the_adapter_view_of_the_kinds_is_what_the_adapter_has():
+    """chaos/context.py names what the kinds read of an adapter (a Protocol, so that chaos/ stays below
+    harness/adapter.py): every name of it is the Adapter's, and every ``ctx.adapter.X`` a kind reads is in it."""
+    import re
+
+    from chaos.context import AdapterView
+    from harness.adapter import Adapter
+
+    names = {n for n in vars(AdapterView) if not n.startswith("_")} | set(AdapterView.__annotations__)
+    assert names and all(hasattr(Adapter, n) or n in Adapter.__annotations__ for n in names), names
+    chaos = Path(__file__).resolve().parents[3] / "chaos"
+    read = {m for f in chaos.rglob("*.py") for m in re.findall(r"ctx\.adapter\.([a-z_]+)", f.read_text())}
+    assert read <= names, read - names
