@@ -76,6 +76,19 @@ def stop_gracefully(ctx, step, name: str) -> None:
     """SIGTERM, wait up to the grace, SIGKILL after it (the supervisor's stop); both ends recorded."""
     instance = ctx.supervisor.instances[name]
     grace = float(step.get("grace") or ctx.adapter.roles[instance.role].stop_timeout_seconds)
+    # A graceful stop means something only to a running instance: one that just crashed (another fault's kill, a
+    # failpoint) is waited for until it is back, else the step says so and sends nothing — a SIGTERM "sent" to a
+    # dead process once had its crash's retry charged to the stop (soak, Go example, seed 9000).
+    if not instance.alive():
+        deadline = time.monotonic() + float(step.get("timeout", 30))
+        while not instance.alive() and time.monotonic() < deadline and not ctx.stopping.is_set():
+            time.sleep(0.05)
+        if not instance.alive():
+            ctx.history.append("note", message=f"sigterm: {name} was not running (exited, not restarted within "
+                               "the step's timeout): no SIGTERM sent", role=name, fault=step["index"])
+            return
+        time.sleep(0.5)  # started again just now: let it take deliveries, as a running instance has
+        instance = ctx.supervisor.instances[name]
     pid = instance.pid
     ctx.history.append("fault", action=ACTION, phase="start", role=name, pid=pid, grace=grace,
                        trigger=step.get("when"), fault=step["index"])

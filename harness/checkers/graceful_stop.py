@@ -32,11 +32,20 @@ REQUIREMENTS = ["BE-JOB-001", "BE-JOB-003"]
 
 
 def stops(history: History, consumers: frozenset[str]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """(start line, end line or None) of every SIGTERM the harness sent to a consumer instance."""
+    """(start line, end line or None) of every SIGTERM the harness sent to a running consumer instance. A SIGTERM
+    whose process had already exited (its exit line, same pid, came first: another fault's crash) stopped
+    nothing gracefully: what followed is that crash's, not the stop's."""
     out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
     open_: dict[Any, int] = {}
-    for e in history.of_type("fault"):
+    exited = set()
+    for e in history.of_type("fault", "role"):
+        if e.get("type") == "role":
+            if e.get("action") == "exit" and e.get("pid") is not None:
+                exited.add(e["pid"])
+            continue
         if e.get("action") != "sigterm" or role_kind(e.get("role")) not in consumers:
+            continue
+        if e.get("phase") == "start" and e.get("pid") in exited:
             continue
         if e.get("phase") == "start":
             open_[e.get("role")] = len(out)

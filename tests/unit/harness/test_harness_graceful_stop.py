@@ -121,3 +121,18 @@ def test_the_kind_says_it_happened_only_when_every_stop_ended():
     b.add(1.5, "fault", action="sigterm", phase="end", role="worker", pid=1, returncode=-9, killed=True, fault=0)
     ok, why = sigterm.happened({"index": 0}, b.history(), {})
     assert ok and "1 exits seen" in why and "worker killed after the grace" in why
+
+
+def test_a_sigterm_to_an_instance_that_had_already_crashed_stopped_nothing():
+    """Soak of the Go example, seed 9000: a failpoint crash killed the worker, and the random SIGTERM came 0.08 s
+    later to the same (dead) pid; the crash's retry was charged to the stop (invalid). A stop of an exited process is
+    not a graceful stop: nothing to judge."""
+    b = Builder(scenario={"name": "soak", "checks": []})
+    b.upload(0.1)
+    b.add(1.9, "role", role="worker", action="exit", pid=11, returncode=-9, expected=False)
+    stopped_at(b, killed=True)
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (1.0, "queued", "processing", 1, "worker:a"),
+                        (5.2, "processing", "queued", 2, "sweeper"), (5.6, "queued", "processing", 2, "worker:b"),
+                        (6.5, "processing", "ready", 2, "worker:b")])
+    verdict = check(b)
+    assert verdict.status == VALID and not verdict.exercised, verdict.summary
