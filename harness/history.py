@@ -30,18 +30,18 @@ Line types (field ``type``):
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypedDict
 
+from .events import MODELS, unknown_fields
 from .formats import canonical_ids, has_upper_uuid
 
-EVENT_TYPES = frozenset(
-    {"invoke", "ok", "fail", "info", "transition", "state", "message", "queue", "consumer", "fault", "role", "phase", "observe", "note",
-     "object", "delivery", "metrics", "snapshot", "versions", "version_snapshot", "tamper", "unroutable"}
-)
+# The fields of each type are typed in events.py (one model per type); schemas/history.schema.json is generated there.
+EVENT_TYPES = frozenset(MODELS)
 
 # One history line, as written and as read back: a JSON object with ``seq``, ``t``, ``wall``, ``type`` and the
 # fields of its type (module docstring); a loaded one also has ``line``. Kept a plain dict: the file is the schema,
@@ -57,10 +57,14 @@ class Operation(TypedDict):
 
 
 class HistoryWriter:
-    """Thread-safe append-only JSONL writer; flushes every line so a crash of the harness keeps them."""
+    """Thread-safe append-only JSONL writer; flushes every line so a crash of the harness keeps them.
+
+    ``strict`` (default: the environment variable ``HARNESS_HISTORY_STRICT`` is 1) refuses a field the type's model in
+    events.py does not name; runs leave it off, so a field added without its model never stops a grade."""
 
     def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time, strict: bool | None = None) -> None:
+        self.strict = os.environ.get("HARNESS_HISTORY_STRICT") == "1" if strict is None else strict
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
@@ -86,6 +90,10 @@ class HistoryWriter:
     def append(self, type_: str, **fields: Any) -> Event:
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown history event type {type_!r}")
+        if self.strict:
+            unknown = unknown_fields(type_, fields)
+            if unknown:
+                raise ValueError(f"history {type_!r} line: field(s) {unknown} not in its model (harness/events.py)")
         with self._lock:
             self._seq += 1
             line = {"seq": self._seq, "t": self.now(), "wall": round(self._wall(), 6), "type": type_, **fields}
