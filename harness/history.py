@@ -6,7 +6,8 @@ Each line has a sequence number, a monotonic time relative to the run start
 (``t``, seconds) and a wall-clock time (``wall``, epoch seconds) so it can be
 compared with the server's own timestamps on the same machine.
 
-Line types (field ``type``):
+Line types (field ``type``); the fields of each are typed in events.py, and schemas/history.schema.json is generated
+from it:
   invoke / ok / fail / info   a client operation (``op`` id); info = outcome unknown
   transition                  a state transition read from GET /events
   state                       a state observed by polling GET /v1/attachments/{id}
@@ -20,6 +21,8 @@ Line types (field ``type``):
   observe                     what the observers could see: tap queue, firehose, each mirrored binding
   note                        anything else worth keeping
   object                      an object write seen by listing the bucket during the run (key, size, last_modified)
+  snapshot                    a result's object read (HEAD) when its attachment was first seen ready
+  versions / version_snapshot a change of an attachment's versions[] / a version's object read when it was seen ready
   metrics                     one read of a role instance's /metrics after the drain: the totals the adapter names
   tamper                      the harness's faults re-read while in force (chaos/network.py): a change it did not make
                               (found=changed) or a fault's verification summary (summary=true)
