@@ -10,6 +10,7 @@ a kill has ``pid``). The models are the one place the format is written down:
 * ``HistoryWriter(strict=True)`` (or ``HARNESS_HISTORY_STRICT=1``) refuses a field its type's model does not name;
   runs write without it (a new field never stops a grade), unit tests turn it on, and a unit test reads every
   ``append`` call of harness/, chaos/ and load/ against the models;
+* ``python -m harness.events reports/runs/*/history.jsonl`` checks stored histories against it;
 * checkers keep reading lines as plain dicts (``history.Event``, ``e.get``): a field absent from a line reads None.
 
 To add a field: add it to its type's model here, regenerate the schema, and write it.
@@ -625,5 +626,31 @@ def unknown_fields(type_: str, fields: typing.Iterable[str]) -> list[str]:
     return sorted(f for f in fields if f not in known)
 
 
+def invalid_lines(path: str) -> list[str]:
+    """Each line of a stored history.jsonl the schema refuses, with the reason (``python -m harness.events PATH...``)."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(history_schema())
+    out = []
+    with open(path, encoding="utf-8") as lines:
+        for number, raw in enumerate(lines, start=1):
+            if raw.strip():
+                line = json.loads(raw)
+                out += [f"{path}:{number} ({line.get('type')}): {e.message}" for e in validator.iter_errors(line)]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    """No argument: print the schema. Paths of history.jsonl files: check every line, exit 1 if one is refused."""
+    if not argv:
+        sys.stdout.write(schema_text())
+        return 0
+    problems = [p for path in argv for p in invalid_lines(path)]
+    for problem in problems:
+        print(problem)
+    print(f"{len(argv)} histories, {len(problems)} lines refused")
+    return 1 if problems else 0
+
+
 if __name__ == "__main__":
-    sys.stdout.write(schema_text())
+    sys.exit(main(sys.argv[1:]))

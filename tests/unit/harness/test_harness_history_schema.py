@@ -91,12 +91,13 @@ def test_the_stored_histories_cover_most_types_and_three_implementations():
     assert {"reference", "go-pipeline", "ts-pipeline"} <= suts
 
 
-LOCAL_RUNS = sorted((ROOT / "reports" / "runs").glob("*/history.jsonl"))[-6:]  # this checkout's newest, if any
-
-
-@pytest.mark.parametrize("path", LOCAL_RUNS, ids=[p.parent.name for p in LOCAL_RUNS])
-def test_the_newest_local_runs_validate(path):
-    assert not invalid_lines(path)
+def test_the_check_command_reports_a_refused_line_and_passes_a_real_history(tmp_path, capsys):
+    real = FIXTURE_FILES[0]
+    assert events.main([str(real)]) == 0
+    bad = tmp_path / "history.jsonl"
+    bad.write_text(real.read_text(encoding="utf-8").splitlines()[0][:-1] + ', "surprise": 1}\n', encoding="utf-8")
+    assert events.main([str(bad)]) == 1
+    assert "surprise" in capsys.readouterr().out
 
 
 def test_the_schema_refuses_an_unknown_field_a_missing_one_and_a_wrong_type():
