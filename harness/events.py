@@ -546,6 +546,12 @@ MODELS: dict[str, type] = {
     "fault": FaultEvent, "role": RoleEvent, "phase": PhaseEvent, "note": NoteEvent, "tamper": TamperEvent,
 }
 
+# One history line of any type, for code that builds lines as typed dicts (checkers read them as ``history.Event``).
+AnyEvent = Union[InvokeEvent, OkEvent, FailEvent, InfoEvent, TransitionEvent, StateEvent, MessageEvent, DeliveryEvent,
+                 QueueEvent, ConsumerEvent, ObserveEvent, ObjectEvent, SnapshotEvent, VersionSnapshotEvent,
+                 VersionsEvent, MetricsEvent, UnroutableEvent, FaultEvent, RoleEvent, PhaseEvent, NoteEvent,
+                 TamperEvent]
+
 # Every line has these, written by HistoryWriter itself.
 COMMON_FIELDS = ("seq", "t", "wall", "type")
 

@@ -55,6 +55,7 @@ def test_the_schema_names_each_models_fields_with_their_required_ones():
         assert set(events.COMMON_FIELDS) <= set(definition["required"]), type_
         assert typing.get_args(typing.get_type_hints(model)["type"]) == (type_,), type_
         assert definition["properties"]["type"] == {"const": type_}
+    assert set(typing.get_args(events.AnyEvent)) == set(events.MODELS.values())
 
 
 def test_a_field_added_to_a_model_changes_the_generated_schema(monkeypatch):
