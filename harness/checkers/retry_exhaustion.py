@@ -143,7 +143,8 @@ def work_queue_waits(history: History, run: RunInfo) -> dict[tuple[str, int], fl
     from the harness's own tap: the last publish of that job's message for that attempt to the declared work
     exchange and routing key (a message that reaches the work queue through a delay queue is published there again
     when it is dead-lettered in) up to its first delivery from the declared work queue. Both times are the
-    harness's, on one clock. Nothing is returned when the adapter declares no exchange, routing key or work queue:
+    harness's, on one clock. A publish with an ``x-delay`` header (a delayed-message exchange holds it back) is not
+    counted. Nothing is returned when the adapter declares no exchange, routing key or work queue:
     a publish elsewhere (a delay exchange) may be the backoff itself, never queue wait."""
     broker = (run.get("adapter") or {}).get("broker") or {}
     exchange, key, queue = broker.get("exchange"), broker.get("routing_key"), broker.get("work_queue")
@@ -154,6 +155,10 @@ def work_queue_waits(history: History, run: RunInfo) -> dict[tuple[str, int], fl
         body = e.get("body")
         if not isinstance(body, dict) or e.get("exchange") != exchange or e.get("routing_key") != key:
             continue
+        properties = e.get("properties")
+        headers = properties.get("headers") if isinstance(properties, dict) else None
+        if isinstance(headers, dict) and any(str(h).lower() == "x-delay" for h in headers):
+            continue  # a delayed-message exchange holds it for its x-delay: that wait may be the backoff itself
         attachment_id, attempt = body.get("attachment_id"), body.get("attempt")
         if isinstance(attachment_id, str) and isinstance(attempt, int) and e.get("t") is not None:
             published.setdefault((attachment_id, attempt), []).append(float(e["t"]))
