@@ -301,7 +301,6 @@ def test_message_hygiene_is_unknown_when_the_tap_saw_nothing():
     assert verdict.status == UNKNOWN and "observation failed" in verdict.summary
 
 
-
 def test_message_hygiene_names_unroutable_publishes_not_a_failed_observation():
     # Every publish went to no queue (a worker that declares its queue when it starts, held from the start): the tap
     # had nothing to see, and the reason says why — the implementation's topology, not the harness's observation.
