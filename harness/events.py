@@ -8,8 +8,8 @@ a kill has ``pid``). The models are the one place the format is written down:
 * ``schemas/history.schema.json`` is generated from them (``python -m harness.events > schemas/history.schema.json``)
   and a unit test fails when the file and the models differ;
 * ``HistoryWriter(strict=True)`` (or ``HARNESS_HISTORY_STRICT=1``) refuses a field its type's model does not name;
-  runs write without it (a new field never stops a grade), unit tests turn it on, and a unit test reads every
-  ``append`` call of harness/, chaos/ and load/ against the models;
+  runs write without it (a new field never stops a grade), unit tests turn it on (tests/unit/conftest.py), and a
+  unit test reads every ``append`` call of harness/, chaos/ and load/ against the models;
 * ``python -m harness.events reports/runs/*/history.jsonl`` checks stored histories against it;
 * checkers keep reading lines as plain dicts (``history.Event``, ``e.get``): a field absent from a line reads None.
 

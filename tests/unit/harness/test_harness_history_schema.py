@@ -134,6 +134,12 @@ def test_a_strict_writer_refuses_a_field_the_model_does_not_name_and_a_run_write
     assert HistoryWriter(tmp_path / "env.jsonl").strict
 
 
+def test_unit_tests_write_histories_strictly(tmp_path):
+    """tests/unit/conftest.py turns the strict writer on for every unit test."""
+    with HistoryWriter(tmp_path / "h.jsonl") as h, pytest.raises(ValueError):
+        h.append("phase", name="heal", surprise=True)
+
+
 def test_a_strict_writers_lines_validate(tmp_path):
     with HistoryWriter(tmp_path / "h.jsonl", strict=True) as h:
         h.append("invoke", op="u1", f="upload", kind="good", retry_of=None)
