@@ -21,7 +21,7 @@ def prepare(ctx, step) -> None:
 
 def run(ctx, step) -> None:
     from harness.broker import amqp_queue_depth
-    from harness.permute import permute_queue
+    from harness.broker import permute_queue
     from harness.seeding import stream
 
     queue = ctx.adapter.broker["work_queue"]

@@ -5,7 +5,7 @@ every message reaching the work queue, and the consumer sampler. A second broker
 with the same names."""
 
 from .rabbitmq import (HARNESS_CONNECTION, ConsumerSampler, FailoverClient, Management, Tap, amqp_queue_depth,
-                       decode_payload, management_auth, payload_bytes, vhost_of)
+                       decode_payload, management_auth, payload_bytes, permute_queue, vhost_of)
 
 __all__ = ["HARNESS_CONNECTION", "ConsumerSampler", "FailoverClient", "Management", "Tap", "amqp_queue_depth",
-           "decode_payload", "management_auth", "payload_bytes", "vhost_of"]
+           "decode_payload", "management_auth", "payload_bytes", "permute_queue", "vhost_of"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import random
 import threading
 import time
 import urllib.parse
@@ -493,3 +494,52 @@ class ConsumerSampler(Poller):
         for s in samples:
             self.history.append("consumer", queue=self.queue, tick=self.ticks, consumers=len(samples),
                                 consumer_tag=s.consumer, channel=s.channel, prefetch=s.prefetch, unacked=s.unacked)
+
+
+# --- the work queue permuted (harness/permute.py: the seeded order and what it guarantees) -------------------------
+
+async def _permute(amqp_url: str, queue: str, rng: random.Random, limit: int, timeout: float) -> dict:
+    import aiormq
+
+    from ..permute import job_of, permuted
+
+    connection = await aiormq.connect(amqp_url)
+    taken = []
+    try:
+        channel = await connection.channel(publisher_confirms=True)
+        while len(taken) < limit:
+            got = await channel.basic_get(queue, no_ack=False, timeout=timeout)
+            if got.delivery_tag is None:  # Basic.GetEmpty: the queue has no ready message left
+                break
+            taken.append(got)
+        order = permuted(taken, rng)
+        published = 0
+        try:
+            for index in order:
+                message = taken[index]
+                await channel.basic_publish(message.body, exchange="", routing_key=queue,
+                                            properties=message.header.properties, mandatory=True, timeout=timeout)
+                published += 1
+            for message in taken:
+                await channel.basic_ack(message.delivery_tag)
+        except BaseException:
+            for message in taken:  # back where they were: never lose one (copies already confirmed may repeat)
+                try:
+                    await channel.basic_reject(message.delivery_tag, requeue=True)
+                except Exception:
+                    break  # the channel is gone: the broker returns every unacked delivery itself
+            raise
+        describe = [{"job_id": job_of(m.body).get("job_id"), "attachment_id": job_of(m.body).get("attachment_id"),
+                     "attempt": job_of(m.body).get("attempt"), "redelivered": bool(m.redelivered)} for m in taken]
+        return {"original": describe, "permuted": [describe[i] for i in order], "order": order,
+                "published": published}
+    finally:
+        await connection.close()
+
+
+def permute_queue(amqp_url: str, queue: str, seed_rng: random.Random, limit: int = 500, timeout: float = 5.0) -> dict:
+    """Permute up to ``limit`` ready messages of ``queue`` (see the module docstring); raises on failure, after
+    putting the originals back."""
+    import asyncio
+
+    return asyncio.run(asyncio.wait_for(_permute(amqp_url, queue, seed_rng, limit, timeout), timeout * 4 + limit * 0.2))

@@ -202,3 +202,16 @@ def test_the_adapter_view_of_the_kinds_is_what_the_adapter_has():
     chaos = Path(__file__).resolve().parents[3] / "chaos"
     read = {m for f in chaos.rglob("*.py") for m in re.findall(r"ctx\.adapter\.([a-z_]+)", f.read_text())}
     assert read <= names, read - names
+
+
+def test_only_the_broker_seam_imports_a_broker_client():
+    """issue 24: everything the harness knows of RabbitMQ is in harness/broker/ — the runner, the kinds, load and
+    the permutation use its names (harness/permute.py keeps the seeded order; taking the messages out and putting
+    them back is harness.broker.permute_queue)."""
+    import re
+
+    root = Path(__file__).resolve().parents[3]
+    client = re.compile(r"^\s*(import|from)\s+(aio_pika|aiormq|pika|kombu|amqp|amqpstorm)\b", re.M)
+    offenders = [str(f.relative_to(root)) for d in ("harness", "chaos", "load") for f in (root / d).rglob("*.py")
+                 if "broker" not in f.relative_to(root).parts[:2] and client.search(f.read_text())]
+    assert offenders == [], offenders
