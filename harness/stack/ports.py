@@ -41,6 +41,18 @@ class _ListenerPorts:
         self._lock = threading.Lock()
         self._high = _ephemeral_low()
         self._given: set[int] = set()
+        self._reseed()
+
+    def after_fork(self) -> None:
+        """In a forked child: a lock of its own (another thread of the parent may have held it at the fork) and a
+        cursor of its own."""
+        self._lock = threading.Lock()
+        self._reseed()
+
+    def _reseed(self) -> None:
+        """Start the cursor at an offset of this process's PID. Also called in a forked child (grade-many grades each
+        submission in one): otherwise it inherits its parent's cursor, and two children walk the same ports at the
+        same time — one role's port taken by another child's role before it bound it ("address already in use")."""
         span = max(1, self._high - self.LOW)
         self._cursor = self.LOW + (os.getpid() * 7919) % span
 
@@ -69,6 +81,7 @@ class _ListenerPorts:
 
 
 _LISTENERS = _ListenerPorts()
+os.register_at_fork(after_in_child=_LISTENERS.after_fork)
 
 
 def listener_port() -> int:

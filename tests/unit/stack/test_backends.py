@@ -95,3 +95,24 @@ def test_service_process_kills_its_whole_group(tmp_path):
     assert len(group_members(process.pid)) == 2
     process.kill()
     assert group_members(process.pid) == []
+
+
+def test_a_forked_child_walks_listener_ports_of_its_own():
+    """grade-many grades each submission in a forked child: with its parent's cursor, two children took the same
+    ports at the same time, and one role's API port was already in use (class of 8, --jobs 2)."""
+    import os
+
+    from harness.stack import ports
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its cursor and exit without running anything of pytest's
+        os.write(write, str(ports._LISTENERS._cursor).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child_cursor = int(os.read(read, 64))
+    os.close(read)
+    os.close(write)
+    span = max(1, ports._LISTENERS._high - ports._LISTENERS.LOW)
+    assert child_cursor == ports._LISTENERS.LOW + (pid * 7919) % span
+    assert child_cursor != ports._LISTENERS._cursor
