@@ -429,6 +429,7 @@ class FaultEvent(TypedDict, total=False):
     denied: str
     probe_code: str
     probe_status: int
+    probes: list[Any]
 
 
 class RoleEvent(TypedDict, total=False):

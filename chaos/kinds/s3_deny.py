@@ -5,23 +5,23 @@ Toxiproxy cannot answer 403, so the harness changes what the run's S3 key may do
 (SeaweedFS's embedded IAM, written with the harness's admin key) with one that still allows reads, listings and
 deletes in the run's bucket but no ``PutObject`` (nor a multipart upload or a copy). The API has staged what it
 accepted before the fault (``after_workload``, the default, waits for the workload to end), so what meets the
-refusal is the consumers' writes of the variants. The harness then proves the refusal itself: a PUT with the run's
-key must answer 403 (``fault`` line ``phase=start`` with ``probe_status``); anything else is recorded and the step
-does not count as having happened. Without ``duration`` the refusal holds through the drain and the final read (a
+refusal is the consumers' writes of the variants. The harness then proves the refusal itself: PUTs with the run's
+key must answer 403 three times in a row (``fault`` line ``phase=start`` with ``probe_status`` and every answer in
+``probes``; a PUT that went through sets the refusal again); anything else is recorded and the step does not count as
+having happened. Without ``duration`` the refusal holds through the drain and the final read (a
 job that is retried forever never ends); the full policy is given back at the end of the step, or never when the
 run ends first (each run's key and bucket are its own).
 """
 
 from __future__ import annotations
 
-import json
 import time
 
 from . import first_delay
 
 ACTION = "s3_deny"
-RECORDS = ("fault action=s3_deny phase=start (bucket, denied, probe_status, probe_code, applied_wall) and phase=end "
-           "(restored)")
+RECORDS = ("fault action=s3_deny phase=start (bucket, denied, probe_status, probe_code, probes, applied_wall) "
+           "and phase=end (restored)")
 PROBE_KEY = "harness-probe/s3-deny"
 
 
@@ -35,25 +35,13 @@ def bucket_and_key(ctx) -> tuple[str | None, str | None, str | None]:
 
 
 def policy(bucket: str, writes: bool) -> dict:
-    actions = ["s3:*"] if writes else ["s3:GetObject", "s3:ListBucket", "s3:DeleteObject"]
-    return {"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Action": actions, "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}]}
+    from harness.stack.seaweedfs import tenant_policy
 
-
-def _iam(store):
-    import boto3
-    from botocore.config import Config
-
-    from harness.stack.seaweedfs import ACCESS_KEY, SECRET_KEY
-
-    return boto3.client("iam", endpoint_url=store.endpoint_url(), aws_access_key_id=ACCESS_KEY,
-                        aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
-                        config=Config(connect_timeout=5, read_timeout=10, retries={"max_attempts": 3}))
+    return tenant_policy(bucket, writes)
 
 
 def set_writes(store, bucket: str, writes: bool) -> None:
-    _iam(store).put_user_policy(UserName=bucket, PolicyName="own-bucket",
-                                PolicyDocument=json.dumps(policy(bucket, writes)))
+    store.set_tenant_writes(bucket, writes)
 
 
 def probe(store, bucket: str, access_key: str, secret_key: str) -> tuple[int | None, str]:
@@ -72,6 +60,38 @@ def probe(store, bucket: str, access_key: str, secret_key: str) -> tuple[int | N
     except Exception:  # noqa: BLE001 - a leftover probe object is harmless
         pass
     return 200, ""
+
+
+# The refusal counts as in force after this many 403s in a row, this far apart: one 403 proved little once, as a
+# write of the identity configuration racing ours can give the key its writes back after it (a lost update).
+STABLE_PROBES = 3
+PROBE_SPACING_SECONDS = 0.3
+
+
+def prove_refusal(ctx, store, bucket: str, access_key, secret_key, deadline: float) -> tuple[int | None, str, list,
+                                                                                              float | None]:
+    """Probe until STABLE_PROBES PUTs in a row answer 403, setting the refusal again after a PUT that went through,
+    until ``deadline``: (403 once proven, else the last other answer; its error code; every status seen; when the
+    refusal was last set again, None if never)."""
+    answers: list = []
+    streak = 0
+    reapplied: float | None = None
+    other: tuple[int | None, str] = (None, "")
+    while True:
+        status, code = probe(store, bucket, access_key, secret_key)
+        answers.append(status)
+        if status == 403:
+            streak += 1
+            if streak >= STABLE_PROBES:
+                return status, code, answers, reapplied
+        else:
+            streak, other = 0, (status, code)
+        if time.monotonic() > deadline or ctx.stopping.is_set():
+            return other[0], other[1] or f"no {STABLE_PROBES} refusals in a row", answers, reapplied
+        if status == 200:
+            reapplied = time.time()
+            set_writes(store, bucket, writes=False)
+        time.sleep(PROBE_SPACING_SECONDS)
 
 
 WEIGHT = 1
@@ -104,9 +124,13 @@ def run(ctx, step) -> None:
     # that met it meanwhile (a fast worker fails at once) must be judged as having met it.
     applied_wall = time.time()
     set_writes(store, bucket, writes=False)
-    status, code = probe(store, bucket, access_key, secret_key)
+    status, code, answers, reapplied = prove_refusal(ctx, store, bucket, access_key, secret_key,
+                                                     time.monotonic() + float(step.get("timeout", 30)))
+    # A write that went through meanwhile means the refusal holds only from its last setting (a job that ended
+    # between the two is then not judged by it, never judged wrongly).
     ctx.history.append("fault", action=ACTION, phase="start", fault=step["index"], service="s3", bucket=bucket,
-                       denied="write", probe_status=status, probe_code=code, applied_wall=applied_wall)
+                       denied="write", probe_status=status, probe_code=code, applied_wall=reapplied or applied_wall,
+                       probes=answers)
     ctx.log(f"S3 writes refused in {bucket} (probe: {status} {code})")
     step["_denied"] = bucket
     duration = step.get("duration")
@@ -134,7 +158,7 @@ def happened(step, history, final) -> tuple[bool, str]:
     refused = [e for e in starts if e.get("probe_status") == 403]
     if not refused:
         e = starts[0]
-        return False, f"writes were to be refused, but the harness's own PUT answered {e.get('probe_status')} " \
-                      f"{e.get('probe_code') or ''}".strip()
-    return True, f"writes refused in {refused[0].get('bucket')}: the harness's own PUT answered 403 " \
-                 f"{refused[0].get('probe_code')}"
+        return False, f"writes were to be refused, but the harness's own PUTs answered {e.get('probe_status')} " \
+                      f"{e.get('probe_code') or ''}".strip() + (f" (every answer: {e['probes']})" if e.get("probes") else "")
+    return True, f"writes refused in {refused[0].get('bucket')}: the harness's own PUTs answered 403 " \
+                 f"{refused[0].get('probe_code')}, {len(refused[0].get('probes') or [1])} probes"
