@@ -25,6 +25,16 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {value!r}") from None
+    if not number > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    return number
+
+
 def _progress(text: str) -> None:
     print(text, flush=True)
 
@@ -330,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed of Hypothesis' draws and of every run (default: random, printed)")
     p.add_argument("--kinds", help="comma-separated fault kinds to draw from (default: every kind the adapter takes)")
     p.add_argument("--max-faults", type=_positive_int, default=3, help="faults per case at most (default 3)")
+    p.add_argument("--drain", type=_positive_float, default=20.0,
+                   help="seconds each case's drain waits for unfinished jobs (default 20; longer for production "
+                        "timings: a crash is recovered within a lease and a sweep)")
     p.add_argument("--level", type=int, choices=[3, 4, 5])
     p.add_argument("--reports", help="folder for the explore folder (default: reports/runs under the checkout)")
     p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)

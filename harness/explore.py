@@ -33,6 +33,9 @@ SLOT_SECONDS = 0.25
 SPAN = 6.0  # the workload is spread over this many seconds
 FAULT_SPAN = 4.0  # faults fall within its first seconds, so work is still coming when they strike
 MAX_FAULTS = 3
+# How long a case's drain waits for jobs not yet terminal: a correct implementation recovers from one crash within a
+# lease and a sweep (seconds with fast timings); a lost job waits all of it, so it bounds every failing case's run.
+DRAIN_SECONDS = 20.0
 UPLOADS = (4, 10)
 FAILPOINT_TIMEOUT = 25  # a crash window not entered within this (the workload ended) is not waited for longer
 VARIANTS = 255
@@ -104,14 +107,14 @@ def faults_of(adapter, picks: list[Pick]) -> list[dict]:
     return faults
 
 
-def scenario_raw(adapter, case: Case, level: int, name: str) -> dict:
+def scenario_raw(adapter, case: Case, level: int, name: str, drain_seconds: float = DRAIN_SECONDS) -> dict:
     faults = case.faults or faults_of(adapter, case.picks)
     return {
         "name": name,
         "description": f"Drawn by harness explore (seed {case.seed}): {case.uploads} uploads, "
                        f"{len(faults)} faults ({', '.join(soak_mod.describe_fault(f) for f in faults) or 'none'}).",
         "windows": [], "requirements": ["BE-JOB-001", "BE-JOB-002", "BE-JOB-003"], "level": level,
-        "exactness": "n/a", "grade": False, "drain_seconds": 20, "settle_seconds": 1,
+        "exactness": "n/a", "grade": False, "drain_seconds": drain_seconds, "settle_seconds": 1,
         "nemesis_timeout_seconds": 90,
         "workload": {"uploads": case.uploads, "concurrency": 2, "paced": True,
                      "spacing_seconds": round(SPAN / max(1, case.uploads), 3)},
@@ -170,7 +173,7 @@ class _OutOfBudget(BaseException):
 
 def explore(adapter, sut: str, *, budget: float, seed: int, level: int | None = None, kinds: list[str] | None = None,
             max_faults: int = MAX_FAULTS, reports_dir: Path | None = None, progress=print, stack=None,
-            keep_data: bool = False, confirm: bool = True) -> tuple[dict, Path]:
+            keep_data: bool = False, confirm: bool = True, drain_seconds: float = DRAIN_SECONDS) -> tuple[dict, Path]:
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings
     from hypothesis import seed as hseed
 
@@ -197,7 +200,7 @@ def explore(adapter, sut: str, *, budget: float, seed: int, level: int | None = 
         case.faults = faults_of(adapter, case.picks)
         n = len(runs) + 1
         name = f"explore-{n:03d}"
-        raw = scenario_raw(adapter, case, level, name)
+        raw = scenario_raw(adapter, case, level, name, drain_seconds)
         path = write_scenario(raw, out / "cases" / name)
         t = time.monotonic()
         result = ScenarioRun(Scenario(path, raw), adapter, stack, seed, level, run_dir=out / "cases" / name / "run",
@@ -293,7 +296,7 @@ def run_command(args, progress=print) -> int:
     results, out = explore(adapter, args.sut, budget=parse_budget(args.budget), seed=seed, level=args.level,
                            kinds=args.kinds.split(",") if args.kinds else None, max_faults=args.max_faults,
                            reports_dir=Path(args.reports) if args.reports else None, progress=progress,
-                           keep_data=args.keep_data)
+                           keep_data=args.keep_data, drain_seconds=args.drain)
     print()
     best = results["smallest"]
     print(f"EXPLORE {adapter.name} seed {seed}: {len(results['runs'])} runs in {results['seconds']:.0f}s, "

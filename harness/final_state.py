@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from datetime import datetime, timezone
 
 from . import http_clients
@@ -60,6 +61,7 @@ def list_bucket(s3, bucket: str) -> list[dict]:
         token = page.get("NextContinuationToken")
 
 
+READ_RETRY_PAUSES = (1.0, 3.0)  # seconds before the second and the third try of one attachment's read
 PARALLEL_FROM = 50  # attachments; a catalogue scenario's few are read one after another, as always
 READERS = 8
 
@@ -83,18 +85,31 @@ def _read_final(base_url, attachment_ids, s3_env, tap, events, words, events_rea
     s3 = s3_client(s3_env)
     bucket = s3_env["S3_BUCKET"]
     with http_clients.client(base_url=base_url, timeout=10) as client:
-        def read_one(attachment_id: str) -> tuple[dict, str | None]:
+        def read_api(attachment_id: str) -> dict:
             record: dict = {"status": None}
-            try:
-                response = client.get(words.status_path(attachment_id))
-                record["status"] = response.status_code
-                record["body"] = words.body(response.json()) if response.status_code == 200 else None
-                if events and response.status_code == 200:
-                    reported = (events_reader.read(attachment_id) if events_reader is not None else
-                                client.get(words.events_path(attachment_id)).json().get("events", []))
-                    record["events"] = [words.event(e) for e in reported]
-            except Exception as exc:
-                return record, f"{attachment_id}: {exc!r}"
+            response = client.get(words.status_path(attachment_id))
+            record["status"] = response.status_code
+            if response.status_code >= 500:
+                raise RuntimeError(f"GET {words.status_path(attachment_id)} answered {response.status_code}")
+            record["body"] = words.body(response.json()) if response.status_code == 200 else None
+            if events and response.status_code == 200:
+                reported = (events_reader.read(attachment_id) if events_reader is not None else
+                            client.get(words.events_path(attachment_id)).json().get("events", []))
+                record["events"] = [words.event(e) for e in reported]
+            return record
+
+        def read_one(attachment_id: str) -> tuple[dict, str | None]:
+            # A read is tried again after a pause: one refused connection or timeout on a loaded machine (an API
+            # restarted by the scenario moments before) made a whole run's final state unreadable, so unknown.
+            for pause in READ_RETRY_PAUSES + (None,):
+                try:
+                    record = read_api(attachment_id)
+                    break
+                except Exception as exc:
+                    if pause is None:
+                        return {"status": None}, f"{attachment_id}: {exc!r}"
+                    final.setdefault("read_retries", []).append(f"{attachment_id}: {exc!r}")
+                    time.sleep(pause)
             objects = {}
             body = record.get("body") or {}
             version_items = [x for v in body.get("versions") or [] if isinstance(v, dict)  # level 5

@@ -14,7 +14,8 @@ WINDOW_RULES = {
                                "of it traced from the work queue, or seen in a peek at the queue)",
     "after_commit_before_publish": "a job accepted before the crash (or recorded before it for an upload in flight "
                                    "at it, then accepted on the retry) whose message was first seen only after the "
-                                   "crashed role started again, or a job's message published twice",
+                                   "crashed role started again, or never seen while the job was never claimed, or a "
+                                   "job's message published twice",
     "after_publish_before_confirm": "a job's message published twice (the same job and attempt), once after the "
                                     "crash, or — the publish lost with the crashed process before the broker had "
                                     "it — a job accepted (or recorded for an upload in flight) before the crash "
@@ -110,17 +111,23 @@ def evidence_of(window: str, kill: dict, history, final: dict) -> str | None:
         in_flight = set(in_flight_at(kill, history))
         for invoke, ok in history.accepted():
             m = first.get(ok.get("job_id"))
-            if m is None or m["seq"] <= (restart or kill)["seq"]:
+            trans = [t for t in transitions_of(history, final, ok.get("attachment_id")) if t["at"] is not None]
+            # A job never published at all shows the window as well as one published late (the commit came before
+            # the crash, the publish never): an implementation with nothing to publish it again loses it. Only when
+            # nothing ever claimed it either — a job processed whose message the tap did not see shows nothing.
+            never = m is None and window == "after_commit_before_publish" and bool(trans) and not any(
+                t["to"] != trans[0]["to"] for t in trans)
+            if not never and (m is None or m["seq"] <= (restart or kill)["seq"]):
                 continue
+            how = "never published, nor claimed" if never else "first published after the restart"
             if ok["seq"] < kill["seq"]:
-                return f"job {ok.get('job_id')} accepted before the crash, first published after the restart"
+                return f"job {ok.get('job_id')} accepted before the crash, {how}"
             if invoke.get("retry_of") in in_flight or invoke.get("op") in in_flight:
                 # Only a record committed before the crash shows the window: a retry that created it afresh after the
                 # restart would be published after it too. Its first transition, as the final read found it.
-                trans = [t for t in transitions_of(history, final, ok.get("attachment_id")) if t["at"] is not None]
                 if trans and min(t["at"] for t in trans) <= kill["wall"]:
                     return (f"job {ok.get('job_id')} of upload {invoke.get('retry_of') or invoke.get('op')} (in flight "
-                            "at the crash, its record created before it) first published after the restart")
+                            f"at the crash, its record created before it) {how}")
         return None
     if window == "after_s3_write_before_commit":
         for attachment_id in sorted((final.get("attachments") or {})):

@@ -218,7 +218,8 @@ def test_broken_variant_is_graded_invalid_by_its_invariant(graded, variant, scen
         assert statuses["fault_coverage"]["status"] == "valid", statuses["fault_coverage"]["summary"]
     else:
         assert len(done) >= len(bodies) / 2, [(b["state"], b.get("error_code")) for b in bodies]
-    assert results["verdict"] == "invalid", {k: v["summary"] for k, v in statuses.items()}
+    assert results["verdict"] == "invalid", (results.get("error"), final.get("errors"),
+                                             {k: v["summary"] for k, v in statuses.items() if v["status"] != "valid"})
     for name in invariants:
         verdict = statuses[name]
         assert verdict["status"] == "invalid", (name, verdict["summary"])

@@ -115,3 +115,23 @@ def test_a_retried_upload_counts_for_commit_before_publish_only_if_its_record_pr
     before = case(1.2)  # committed before the crash, published only after the restart: the window
     assert before.status == VALID and "its record created before it" in before.evidence[0]["message"]
     assert case(2.55).status == UNKNOWN  # created afresh by the retry: the crash came before the commit
+
+
+def test_a_job_committed_before_the_crash_and_never_published_shows_the_window():
+    """tests/broken/no_outbox: the API publishes after its commit itself; the crash between the two leaves the job
+    queued with no message, ever. Before: the window was `not shown` (only a late publish counted), so the
+    scenario's coverage was unknown although the variant lost the job in that very window."""
+    def case(created_at, claimed=False):
+        b = api_crash("after_commit_before_publish")
+        b.add(2.5, "invoke", op="u0001.r1", f="upload", kind="good", retry_of="u0001")
+        b.add(2.6, "ok", op="u0001.r1", f="upload", status=202, attachment_id=ATT, job_id=JOB)
+        steps = [(created_at, None, "queued", 1, "api")]
+        if claimed:  # processed: its message was published, the tap just did not see it — nothing shown
+            steps += [(3.0, "queued", "processing", 1, "worker"), (3.5, "processing", "ready", 1, "worker")]
+        b.transitions(ATT, steps)
+        return verdict(b)
+
+    lost = case(1.2)
+    assert lost.status == VALID and "never published, nor claimed" in lost.evidence[0]["message"]
+    assert case(2.55).status == UNKNOWN  # created by the retry after the restart: not the window
+    assert case(1.2, claimed=True).status == UNKNOWN
