@@ -25,14 +25,20 @@ from typing import Any, Literal, Required, TypedDict, Union
 JSON = dict[str, Any]
 
 
-# --- client operations (workload.py, chaos kinds that call the API) ------------------------------------------------
-
-class InvokeEvent(TypedDict, total=False):
-    """A client operation begins (``op`` id, ``f`` what it does: upload, replay, reprocess, dlq_replay, probe ...)."""
+class Line(TypedDict, total=False):
+    """What every line has, whatever its type: its position, the run's monotonic clock and the wall clock (each
+    model below adds its ``type`` and fields)."""
 
     seq: Required[int]
     t: Required[float]
     wall: Required[float]
+
+
+# --- client operations (workload.py, chaos kinds that call the API) ------------------------------------------------
+
+class InvokeEvent(Line, total=False):
+    """A client operation begins (``op`` id, ``f`` what it does: upload, replay, reprocess, dlq_replay, probe ...)."""
+
     type: Required[Literal["invoke"]]
     op: Required[str]
     f: Required[str]
@@ -56,12 +62,9 @@ class InvokeEvent(TypedDict, total=False):
     state_before: str
 
 
-class OkEvent(TypedDict, total=False):
+class OkEvent(Line, total=False):
     """A client operation completed as asked (``status`` the HTTP status)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["ok"]]
     op: Required[str]
     f: Required[str]
@@ -79,12 +82,9 @@ class OkEvent(TypedDict, total=False):
     round: int
 
 
-class FailEvent(TypedDict, total=False):
+class FailEvent(Line, total=False):
     """A client operation refused for certain (a 4xx answer: it did not take effect)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["fail"]]
     op: Required[str]
     f: Required[str]
@@ -99,12 +99,9 @@ class FailEvent(TypedDict, total=False):
     round: int
 
 
-class InfoEvent(TypedDict, total=False):
+class InfoEvent(Line, total=False):
     """A client operation whose outcome is unknown (timeout, 5xx, connection error)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["info"]]
     f: Required[str]
     op: str
@@ -137,12 +134,9 @@ TransitionEvent = TypedDict("TransitionEvent", {  # the functional form: ``from`
 TransitionEvent.__doc__ = "A state transition read from the implementation's GET /events."
 
 
-class StateEvent(TypedDict, total=False):
+class StateEvent(Line, total=False):
     """A state observed by polling GET /v1/attachments/{id}."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["state"]]
     attachment_id: Required[str]
     state: Required[str]
@@ -150,12 +144,9 @@ class StateEvent(TypedDict, total=False):
     error_code: Required[str | None]
 
 
-class MessageEvent(TypedDict, total=False):
+class MessageEvent(Line, total=False):
     """A message seen on the harness's tap queue (or the firehose)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["message"]]
     source: Required[str]
     exchange: Required[str]
@@ -165,12 +156,9 @@ class MessageEvent(TypedDict, total=False):
     body_raw: Required[str | None]
 
 
-class DeliveryEvent(TypedDict, total=False):
+class DeliveryEvent(Line, total=False):
     """A delivery from the work queue to a consumer, read from the broker's firehose (only when traced)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["delivery"]]
     queue: Required[str]
     connection: Required[str]
@@ -183,12 +171,9 @@ class DeliveryEvent(TypedDict, total=False):
     attempt: Required[int | None]
 
 
-class QueueEvent(TypedDict, total=False):
+class QueueEvent(Line, total=False):
     """A queue-depth sample (ready, unacked, consumers), or the queue read at a phase (``final``, ``kind``)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["queue"]]
     queue: Required[str]
     ready: Required[int | None]
@@ -210,12 +195,9 @@ class QueueEvent(TypedDict, total=False):
     connections_elsewhere: int
 
 
-class ConsumerEvent(TypedDict, total=False):
+class ConsumerEvent(Line, total=False):
     """One consumer of the work queue at a sampling tick: its prefetch and its channel's unacked."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["consumer"]]
     queue: Required[str]
     tick: Required[int]
@@ -226,12 +208,9 @@ class ConsumerEvent(TypedDict, total=False):
     unacked: int
 
 
-class ObserveEvent(TypedDict, total=False):
+class ObserveEvent(Line, total=False):
     """What the observers could see: the tap queue, the firehose, each mirrored binding, clocks, groups."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["observe"]]
     source: Required[str]
     queue: str
@@ -260,12 +239,9 @@ class ObserveEvent(TypedDict, total=False):
     ready: list[Any]
 
 
-class ObjectEvent(TypedDict, total=False):
+class ObjectEvent(Line, total=False):
     """An object write seen by listing the bucket during the run."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["object"]]
     key: Required[str]
     size: Required[int]
@@ -273,12 +249,9 @@ class ObjectEvent(TypedDict, total=False):
     last_modified: Required[str]
 
 
-class SnapshotEvent(TypedDict, total=False):
+class SnapshotEvent(Line, total=False):
     """A variant object read at the moment its attachment was seen ready (ready_snapshot.py)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["snapshot"]]
     attachment_id: Required[str]
     pipeline_version: Required[int | None]
@@ -293,12 +266,9 @@ class SnapshotEvent(TypedDict, total=False):
     error: str
 
 
-class VersionSnapshotEvent(TypedDict, total=False):
+class VersionSnapshotEvent(Line, total=False):
     """A variant object of one pipeline version read when that version was seen ready (level 5)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["version_snapshot"]]
     attachment_id: Required[str]
     pipeline_version: Required[int | None]
@@ -312,12 +282,9 @@ class VersionSnapshotEvent(TypedDict, total=False):
     error: str
 
 
-class VersionsEvent(TypedDict, total=False):
+class VersionsEvent(Line, total=False):
     """A change of an attachment's ``versions[]``, with the version GET served at that moment (level 5)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["versions"]]
     attachment_id: Required[str]
     versions: Required[list[Any]]
@@ -325,12 +292,9 @@ class VersionsEvent(TypedDict, total=False):
     served_state: Required[str | None]
 
 
-class MetricsEvent(TypedDict, total=False):
+class MetricsEvent(Line, total=False):
     """One read of a role instance's /metrics after the drain: the totals the adapter names."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["metrics"]]
     role: Required[str]
     instance: Required[str]
@@ -341,12 +305,9 @@ class MetricsEvent(TypedDict, total=False):
     error: str
 
 
-class UnroutableEvent(TypedDict, total=False):
+class UnroutableEvent(Line, total=False):
     """A publish the broker confirmed and routed to no queue (the firehose's empty ``routed_queues``)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["unroutable"]]
     exchange: Required[str]
     routing_key: Required[str]
@@ -358,12 +319,9 @@ class UnroutableEvent(TypedDict, total=False):
 
 # --- what the harness did -------------------------------------------------------------------------------------------
 
-class FaultEvent(TypedDict, total=False):
+class FaultEvent(Line, total=False):
     """A nemesis action (``phase`` start / end / hit / skipped / failed ...), ``fault`` the scenario step's index."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["fault"]]
     action: Required[str]
     phase: Required[str]
@@ -432,12 +390,9 @@ class FaultEvent(TypedDict, total=False):
     probes: list[Any]
 
 
-class RoleEvent(TypedDict, total=False):
+class RoleEvent(Line, total=False):
     """A role instance started / exited / restarted (supervisor.py)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["role"]]
     action: Required[str]
     role: Required[str]
@@ -448,12 +403,9 @@ class RoleEvent(TypedDict, total=False):
     log_tail: str
 
 
-class PhaseEvent(TypedDict, total=False):
+class PhaseEvent(Line, total=False):
     """A scenario phase marker (workload, faults, heal, drain ...), with what that phase found."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["phase"]]
     name: Required[str]
     seconds: float
@@ -470,12 +422,9 @@ class PhaseEvent(TypedDict, total=False):
     ticks: int
 
 
-class NoteEvent(TypedDict, total=False):
+class NoteEvent(Line, total=False):
     """Anything else worth keeping; the first note of a run names the scenario, seed, level and fingerprints."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["note"]]
     message: Required[str]
     scenario: str
@@ -512,13 +461,10 @@ class NoteEvent(TypedDict, total=False):
     evidence_type: str
 
 
-class TamperEvent(TypedDict, total=False):
+class TamperEvent(Line, total=False):
     """The harness's faults re-read while in force (chaos/network.py): a change it did not make (``found`` changed)
     or one fault's verification summary (``summary`` true)."""
 
-    seq: Required[int]
-    t: Required[float]
-    wall: Required[float]
     type: Required[Literal["tamper"]]
     found: Required[str]
     fault: int | str

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from harness import adapter, scenarios
+from harness.defaults import DEFAULT_PARALLEL
 from harness.grade import runs_alone
 from harness.runner import ScenarioRun, check_run_dir
 from harness.schemas import REPO_ROOT
@@ -151,7 +152,9 @@ NAMING_KEYS = ("attachment_id", "attachment_ids", "job_id", "marker", "role", "c
 
 TEST_NAME = "test_broken_variant_is_graded_invalid_by_its_invariant"
 UNKNOWN_TEST_NAME = "test_a_fault_that_never_happened_leaves_the_scenario_unknown"
-SIDE_BY_SIDE = 2  # variants graded at once on the shared stack, each with its own tenant and proxies
+# Variants graded at once on the shared stack, each with its own tenant and proxies: as many as a grade runs side by
+# side (the timing-dependent ones have further seeds, tried only when the first misses).
+SIDE_BY_SIDE = DEFAULT_PARALLEL
 
 
 def grade_variant(stack, folder, variant: str, scenario_name: str) -> tuple[dict, object, int]:
@@ -179,7 +182,7 @@ def grade_variant(stack, folder, variant: str, scenario_name: str) -> tuple[dict
 
 @pytest.fixture(scope="module")
 def graded(request, stack, tmp_path_factory) -> dict:
-    """Every selected variant graded once, two side by side (a scenario that restarts a service runs alone
+    """Every selected variant graded once, several side by side (a scenario that restarts a service runs alone
     first), so the cases below only judge stored results: the suite takes half the time it would one by one."""
     selected = {(item.callspec.params["variant"], item.callspec.params["scenario_name"])
                 for item in request.session.items
