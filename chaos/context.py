@@ -99,6 +99,10 @@ class FaultContext:
     failpoints: FailpointFaults | None = None
     # Extra environment of a new instance (its /metrics listener), and what to do once held roles run again.
     instance_env: Callable[[str, str], dict[str, str]] = lambda name, role: {}
+    # Role -> the tenant-wide values of the URL variables that role's own proxied links replace (the runner's
+    # _role_links: a ``toxic`` with ``role`` reaches only the instances on those links). An extra instance started
+    # with ``link = "tenant"`` gets these back, so a role-scoped network fault misses it.
+    tenant_links: dict[str, dict[str, str]] = field(default_factory=dict)
     after_release: Callable[[list[str]], None] = lambda names: None
     observer: ObserverView | None = None
     objects: Any = None  # the run's object watcher (scenario watch_objects): the object_written trigger reads it
@@ -241,13 +245,24 @@ class FaultContext:
         return {n for n in self.supervisor.instances if n not in self.held and n not in self.extra_stopped}
 
     # --- instances ------------------------------------------------------------------------------
-    def start_extra_instance(self, role: str) -> str:
+    def start_extra_instance(self, role: str, link: str = "role") -> str:
+        """One more instance of ``role``: its first instance's command and environment. ``link = "role"`` (the
+        default) keeps the role's own proxied links, so a ``toxic`` with ``role`` reaches it too; ``link = "tenant"``
+        puts it on the tenant-wide links instead (the URL variables its role's own proxies replaced are set back to
+        the tenant's), so such a toxic reaches the role's other instances and never this one — a network fault on
+        one instance (an old owner's link delayed, the new owner's not)."""
+        if link not in ("role", "tenant"):
+            raise ValueError(f"start_extra_instance: link {link!r} is not 'role' or 'tenant'")
         existing = self.instances_of(role)
         template = self.supervisor.instances[existing[0]]
         name = f"{role}#{len(existing) + 1}"
-        self.supervisor.add(name, role, template.command, {**template.env, **self.instance_env(name, role)})
+        links = self.tenant_links.get(role, {}) if link == "tenant" else {}
+        self.supervisor.add(name, role, template.command, {**template.env, **links, **self.instance_env(name, role)})
         self.supervisor.start(name, {"FAILPOINTS": ""})
-        self.log(f"started extra instance {name}")
+        if link == "tenant":
+            self.history.append("note", message="extra instance on the tenant-wide links: a toxic on its role's own "
+                                "links does not reach it", role=name, link=link, variables=sorted(links))
+        self.log(f"started extra instance {name}" + (" (tenant links)" if link == "tenant" else ""))
         return name
 
     def first_start_env(self, name: str) -> dict[str, str]:

@@ -365,7 +365,9 @@ class ScenarioRun:
             broker=broker, base_url=self.base_url, stopping=self.stopping, log=self.log,
             processes=ProcessFaults(self.supervisor, self.history), network=NetworkFaults(self.toxiproxy, self.history),
             services=ServiceFaults(self.stack, self.history), failpoints=FailpointFaults(self.supervisor, self.history),
-            instance_env=self._metrics_env, after_release=self._verify_released)
+            instance_env=self._metrics_env, after_release=self._verify_released,
+            tenant_links={role: {var: self.env[var] for var in links if var in self.env}
+                          for role, links in self.role_links.items()})
 
     def _verify_released(self, names: list[str]) -> None:
         """Roles held from the start were not skew-verified then: once their processes are up."""

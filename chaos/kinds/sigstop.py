@@ -1,7 +1,8 @@
 """``sigstop``: SIGSTOP of a role's process group for ``duration`` seconds, then SIGCONT (optionally another
 instance started ``start_instance_after`` seconds into the pause, the pause prolonged until a job the paused owner
 held is claimed anew, at most ``until_claimed`` seconds more, and the queue and job states probed for
-``probe_seconds`` after the resume); the roles of ``hold`` — never the paused one — are kept stopped meanwhile."""
+``probe_seconds`` after the resume; ``link = "tenant"``: that instance on the tenant-wide links, see start_instance);
+the roles of ``hold`` — never the paused one — are kept stopped meanwhile."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def run(ctx, step) -> None:
     ctx.log(f"SIGSTOP {name} for {step.get('duration', 5)}s")
     if step.get("start_instance_after") is not None:
         time.sleep(float(step["start_instance_after"]))
-        ctx.start_extra_instance(ctx.supervisor.instances[name].role)
+        ctx.start_extra_instance(ctx.supervisor.instances[name].role,
+                                 **({"link": step["link"]} if step.get("link") else {}))
     time.sleep(max(0.0, paused_at + float(step.get("duration", 5)) - time.monotonic()))
     if step.get("until_claimed") is not None:
         wait_claimed_anew(ctx, step, held, paused_at)

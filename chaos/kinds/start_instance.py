@@ -1,4 +1,6 @@
-"""``start_instance``: one more instance of a role (a copy of its first instance's command and environment)."""
+"""``start_instance``: one more instance of a role (a copy of its first instance's command and environment). With
+``link = "tenant"`` the new instance is on the tenant-wide links, not its role's own proxies: a ``toxic`` with
+``role`` then reaches the role's first instance(s) only, never this one (default ``"role"``: the same links)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ WEIGHT = 1
 def run(ctx, step) -> None:
     if not ctx.wait_trigger(step, first_delay(step)):
         return
-    ctx.start_extra_instance(ctx.role(step))
+    ctx.start_extra_instance(ctx.role(step), **({"link": step["link"]} if step.get("link") else {}))
 
 
 def allowed(adapter, level: int) -> str | None:
