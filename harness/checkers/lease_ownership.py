@@ -18,6 +18,7 @@ still held. Either way ``invalid``, with the measured time (``lease_claim``).
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from .ack_after_commit import in_flight_at
@@ -174,6 +175,70 @@ def stale_results(history: History, record: dict[str, Any], attachment_id: str, 
     return out
 
 
+def overtaken_results(history: History, record: dict[str, Any], attachment_id: str) -> list[dict[str, Any]]:
+    """Fencing judged from what the harness sees alone — the broker's publishes and the bucket — with no event log and
+    no claim times: the result ``ready`` published is an older claim's while a newer claim had begun writing its own.
+
+    The job's message reached the work queue again (the tap: a recovery or a retry re-publishes it) before ``ready`` was
+    first seen (the API poll, or the ready snapshot). Taking the last such publish: every object ``ready`` names
+    surely landed before it (Last-Modified, whole seconds, plus slack), while after it another object of the job
+    landed — a key naming the attachment id and one of ready's variant names, not named by ``ready``, first seen by
+    the object watch after that publish and not landed before it: a variant written by a claim begun after the
+    publish (a claim writes its variants again, CONTRACT §6), which the published result is not. Whose commit it was
+    needs no actor: a fenced commit is refused to every claim older than the newest, so an older claim's result
+    published over a newer claim at work is a stale owner's commit (the newer claim, refused once ``ready`` is
+    committed, may never finish its set). Not judged (no false alarm): an implementation that reuses the older objects
+    (it writes no new variant), one that rewrites the same keys (the named objects landed after the publish), a result
+    naming any object written after the publish, fewer than two publishes before ``ready``, or no object watch."""
+    body = record.get("body") or {}
+    if body.get("state") != "ready":
+        return []
+    named = _named_versions(history, record, attachment_id)
+    variants = [str(v.get("name") or "") for v in body.get("variants") or [] if v.get("name")]
+    if not named or len(named) < len(body.get("variants") or []) or not variants:
+        return []
+    seen_ready = [e["wall"] for kind in ("state", "snapshot") for e in history.of_type(kind)
+                  if e.get("attachment_id") == attachment_id and e.get("state") == "ready"]
+    if not seen_ready:
+        return []
+    ready_seen = min(seen_ready)
+    publishes = sorted(e["wall"] for e in history.of_type("message")
+                       if isinstance(e.get("body"), dict) and e["body"].get("attachment_id") == attachment_id
+                       and e["wall"] < ready_seen)
+    if len(publishes) < 2:
+        return []
+    again = publishes[-1]
+    if not all(landed + 1.0 + STALE_RESULT_SLACK_SECONDS <= again for _, landed, _ in named):
+        return []
+    keys = {key for key, _, _ in named}
+    newer: dict[str, dict[str, Any]] = {}
+    for e in history.of_type("object"):
+        key = str(e.get("key") or "")
+        if (attachment_id not in key.lower() or not any(v in key for v in variants) or key in keys or key in newer
+                or e["wall"] <= again):
+            continue
+        landed = parse_time(e.get("last_modified"))
+        if landed is not None and landed + 1.0 + STALE_RESULT_SLACK_SECONDS <= again:
+            continue  # seen late, landed before the publish
+        newer[key] = e
+    if not newer:
+        return []
+    return [evidence(
+        f"ready (first seen {iso_time(ready_seen)}) names {len(named)} objects that all landed before the job's "
+        f"message was published again ({iso_time(again)}, publish {len(publishes)} of the job), while "
+        f"{len(newer)} other variant object(s) of the job landed after that publish "
+        f"({', '.join(sorted(newer))}): the published result is an older claim's, committed over a newer claim at "
+        "work — a stale owner's commit (seen from the broker and the bucket)", attachment_id=attachment_id,
+        republished_at=iso_time(again), ready_seen_at=iso_time(ready_seen),
+        named={key: seen.get("last_modified") for key, _, seen in named},
+        newer={key: e.get("last_modified") for key, e in sorted(newer.items())},
+        events=list(newer.values())[:3])]
+
+
+def iso_time(wall: float) -> str:
+    return datetime.fromtimestamp(wall, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def recovery_held(history: History, run: RunInfo, stop: dict[str, Any], cont: dict[str, Any] | None) -> list[str]:
     """The recovering roles (other than the paused one) kept stopped from before the pause until after it ended:
     their names, or [] when none were (or the adapter flags none)."""
@@ -219,6 +284,9 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
         if not any(p.get("attachment_id") == attachment_id for p in problems):
             problems += stale_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
                                       attachment_id, trans)
+    for attachment_id in ids:
+        problems += overtaken_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
+                                      attachment_id)
     claimed, measured = lease_claim(history, final, run, ids)
     problems += claimed
     exercised = False
