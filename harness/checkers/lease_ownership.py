@@ -208,6 +208,13 @@ def overtaken_results(history: History, record: dict[str, Any], attachment_id: s
     if len(publishes) < 2:
         return []
     again = publishes[-1]
+    if all(landed >= again for _, landed, _ in named):
+        # Every object ready names surely landed after the job's last publish before ready: the result is a claim's
+        # begun after it (what a fenced commit leaves), seen from the broker and the bucket.
+        return [evidence(f"ready names {len(named)} objects that all landed after the job's message was published "
+                         f"again ({iso_time(again)}, publish {len(publishes)} of the job): a newer claim's result",
+                         attachment_id=attachment_id, republished_at=iso_time(again), fenced=True,
+                         named={key: seen.get("last_modified") for key, _, seen in named})]
     if not all(landed + 1.0 + STALE_RESULT_SLACK_SECONDS <= again for _, landed, _ in named):
         return []
     keys = {key for key, _, _ in named}
@@ -284,12 +291,14 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
         if not any(p.get("attachment_id") == attachment_id for p in problems):
             problems += stale_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
                                       attachment_id, trans)
+    republished_ready = []  # jobs whose ready came after a republish, naming objects written after it
     for attachment_id in ids:
-        problems += overtaken_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
-                                      attachment_id)
+        for found in overtaken_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
+                                       attachment_id):
+            (republished_ready if found.get("fenced") else problems).append(found)
     claimed, measured = lease_claim(history, final, run, ids)
     problems += claimed
-    exercised = False
+    exercised = bool(republished_ready)
     for stop, cont in paused:
         paused_for = (cont["wall"] if cont else float("inf")) - stop["wall"]
         if paused_for <= lease:
@@ -320,8 +329,11 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} ownership violations", evidence=problems,
                        seed=seed_of(run))
     return Verdict(NAME, VALID, REQUIREMENTS,
-                   (f"{sum(1 for p in proven if not p.get('held'))} jobs recovered from paused owners"
-                    + (f", {sum(1 for p in proven if p.get('held'))} not (recovery held)"
-                       if any(p.get("held") for p in proven) else "") + "; no stale writes") if exercised
+                   ((f"{sum(1 for p in proven if not p.get('held'))} jobs recovered from paused owners"
+                     + (f", {sum(1 for p in proven if p.get('held'))} not (recovery held)"
+                        if any(p.get("held") for p in proven) else "")) if proven else "")
+                    + (f"{', ' if proven else ''}{len(republished_ready)} ready after the job's message was published again, naming "
+                       "objects written after it (the newer claim's)" if republished_ready else "")
+                    + "; no stale writes") if exercised
                    else "no stale writes; no job held by a worker paused past its lease",
-                   exercised=exercised, evidence=proven + measured[:3], seed=seed_of(run))
+                   exercised=exercised, evidence=proven + republished_ready[:3] + measured[:3], seed=seed_of(run))

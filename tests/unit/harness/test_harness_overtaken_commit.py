@@ -98,3 +98,14 @@ def test_an_object_landed_before_the_republish_though_seen_late_is_not_newer():
 def test_a_named_object_landing_within_a_second_of_the_republish_is_not_called_old():
     # Last-Modified 7 (it landed in [7, 8)) against the republish at 8.0: not surely before it (slack).
     assert verdict(overtaken(named_landed=7.2)).status == VALID
+
+
+def test_the_newer_claims_result_after_a_republish_exercises_the_checker():
+    v = verdict(overtaken(named_claim=2, newer=VARIANTS))
+    assert v.status == VALID and v.exercised, v.summary
+    assert "published again" in v.summary and any(e.get("fenced") for e in v.evidence)
+
+
+def test_no_republish_does_not_exercise_it():
+    v = verdict(overtaken(named_claim=2, newer=VARIANTS, republish=False))
+    assert v.status == VALID and not v.exercised
