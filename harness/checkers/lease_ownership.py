@@ -328,12 +328,12 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
     if problems:
         return Verdict(NAME, INVALID, REQUIREMENTS, f"{len(problems)} ownership violations", evidence=problems,
                        seed=seed_of(run))
+    paused_part = ((f"{sum(1 for p in proven if not p.get('held'))} jobs recovered from paused owners"
+                    + (f", {sum(1 for p in proven if p.get('held'))} not (recovery held)"
+                       if any(p.get("held") for p in proven) else "")) if proven else "")
+    republished_part = (f"{len(republished_ready)} ready after the job's message was published again, naming "
+                        "objects written after it (the newer claim's)" if republished_ready else "")
     return Verdict(NAME, VALID, REQUIREMENTS,
-                   ((f"{sum(1 for p in proven if not p.get('held'))} jobs recovered from paused owners"
-                     + (f", {sum(1 for p in proven if p.get('held'))} not (recovery held)"
-                        if any(p.get("held") for p in proven) else "")) if proven else "")
-                    + (f"{', ' if proven else ''}{len(republished_ready)} ready after the job's message was published again, naming "
-                       "objects written after it (the newer claim's)" if republished_ready else "")
-                    + "; no stale writes") if exercised
+                   (", ".join(x for x in (paused_part, republished_part) if x) + "; no stale writes") if exercised
                    else "no stale writes; no job held by a worker paused past its lease",
                    exercised=exercised, evidence=proven + republished_ready[:3] + measured[:3], seed=seed_of(run))
