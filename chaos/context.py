@@ -260,8 +260,9 @@ class FaultContext:
         self.supervisor.add(name, role, template.command, {**template.env, **links, **self.instance_env(name, role)})
         self.supervisor.start(name, {"FAILPOINTS": ""})
         if link == "tenant":
-            self.history.append("note", message="extra instance on the tenant-wide links: a toxic on its role's own "
-                                "links does not reach it", role=name, link=link, variables=sorted(links))
+            self.history.append("note", message="extra instance on the tenant-wide links (link = tenant: "
+                                f"{', '.join(sorted(links)) or 'its role has no links of its own'}): a toxic on its "
+                                "role's own links does not reach it", role=name)
         self.log(f"started extra instance {name}" + (" (tenant links)" if link == "tenant" else ""))
         return name
 
