@@ -109,3 +109,44 @@ def test_the_newer_claims_result_after_a_republish_exercises_the_checker():
 def test_no_republish_does_not_exercise_it():
     v = verdict(overtaken(named_claim=2, newer=VARIANTS, republish=False))
     assert v.status == VALID and not v.exercised
+
+
+# --- recorded histories of stale-commit-overtaken, seed 7 (`harness mutate --sut reference --only
+# commit-without-fencing-token --seed 7`, and `harness run stale-commit-overtaken --seed 7` on the reference) -------
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from harness.history import History  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+RUN = {"seed": 7, "level": 4, "adapter": {"name": "reference", "level": 5, "timings": {"lease_seconds": 4},
+                                          "consumers": ["worker"], "recovers_work": ["sweeper"]}}
+
+
+def recorded(name: str, without_event_log: bool = False):
+    events = list(History.from_lines((FIXTURES / "histories" / f"{name}.jsonl").read_text().splitlines()).events)
+    final = json.loads((FIXTURES / "finals" / f"{name}.json").read_text())
+    if without_event_log:  # only what the harness saw itself: publishes, object writes, polls, the ready snapshot
+        events = [e for e in events if e["type"] != "transition"]
+        for record in final["attachments"].values():
+            record["events"] = []
+    return History(tuple(events)), final
+
+
+def test_the_recorded_mutant_is_invalid_from_the_broker_and_the_bucket_alone():
+    history, final = recorded("mutant-commit-without-fencing-token-stale-commit-overtaken-s7", without_event_log=True)
+    v = lease_ownership.check(history, final, RUN)
+    assert v.status == INVALID, v.summary
+    assert any("published again" in e["message"] and "/t1/" in next(iter(e["named"])) for e in v.evidence)
+
+
+def test_the_recorded_mutant_is_invalid_with_its_event_log_too():
+    history, final = recorded("mutant-commit-without-fencing-token-stale-commit-overtaken-s7")
+    assert lease_ownership.check(history, final, RUN).status == INVALID
+
+
+def test_the_recorded_reference_is_valid_and_exercised():
+    for without in (False, True):
+        history, final = recorded("reference-stale-commit-overtaken-s7", without_event_log=without)
+        v = lease_ownership.check(history, final, RUN)
+        assert v.status == VALID and v.exercised, v.summary
