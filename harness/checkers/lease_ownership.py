@@ -189,7 +189,9 @@ def overtaken_results(history: History, record: dict[str, Any], attachment_id: s
     published over a newer claim at work is a stale owner's commit (the newer claim, refused once ``ready`` is
     committed, may never finish its set). Not judged (no false alarm): an implementation that reuses the older objects
     (it writes no new variant), one that rewrites the same keys (the named objects landed after the publish), a result
-    naming any object written after the publish, fewer than two publishes before ``ready``, or no object watch."""
+    naming any object written after the publish, fewer than two publishes before ``ready``, a job the harness's polls
+    never saw taken from its first claim before ``ready`` (back to queued, or at work under another attempt: else the
+    publish may duplicate a job committed already), or no object watch."""
     body = record.get("body") or {}
     if body.get("state") != "ready":
         return []
@@ -216,6 +218,15 @@ def overtaken_results(history: History, record: dict[str, Any], attachment_id: s
                          attachment_id=attachment_id, republished_at=iso_time(again), fenced=True,
                          named={key: seen.get("last_modified") for key, _, seen in named})]
     if not all(landed + 1.0 + STALE_RESULT_SLACK_SECONDS <= again for _, landed, _ in named):
+        return []
+    # The job must have been taken from its first claim before ready, as the harness's own polls saw it: back to
+    # queued, or at work under another attempt. Otherwise the publish may duplicate a job already committed (a relay's
+    # re-send, a safety net's race) that a consumer rendered again before reading its state, the poll not having seen
+    # the ready yet: no stale commit. (The poll writes a line on a change only, so not "seen after the publish".)
+    polled = [e for e in history.of_type("state") if e.get("attachment_id") == attachment_id and e["wall"] < ready_seen]
+    first = next((e for e in polled if e.get("state") == "processing"), None)
+    if first is None or not any(e["seq"] > first["seq"] and (e.get("state") == "queued" or (
+            e.get("state") == "processing" and e.get("attempt") != first.get("attempt"))) for e in polled):
         return []
     keys = {key for key, _, _ in named}
     newer: dict[str, dict[str, Any]] = {}
@@ -291,7 +302,7 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
         if not any(p.get("attachment_id") == attachment_id for p in problems):
             problems += stale_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
                                       attachment_id, trans)
-    republished_ready = []  # jobs whose ready came after a republish, naming objects written after it
+    republished_ready: list[dict[str, Any]] = []  # jobs whose ready came after a republish, naming objects written after it
     for attachment_id in ids:
         for found in overtaken_results(history, (final or {}).get("attachments", {}).get(attachment_id) or {},
                                        attachment_id):

@@ -20,7 +20,7 @@ def key(claim: int, variant: str) -> str:
 
 
 def overtaken(named_claim=1, newer=("thumbnail",), named_landed=2.2, republish=True, ready_at=12.0,
-              newer_at=10.0, rewrite_same_keys=False):
+              newer_at=10.0, rewrite_same_keys=False, recovery_seen=True):
     """Upload at 0.1 (message 1 at 0.3), claim 1 writes its variants at ``named_landed``; the job's message is published
     again at 8.0 (a recovery); a newer claim writes ``newer`` at ``newer_at``; ready is first seen at ``ready_at``
     naming claim ``named_claim``'s keys. No transitions: the rule reads no event log."""
@@ -33,6 +33,10 @@ def overtaken(named_claim=1, newer=("thumbnail",), named_landed=2.2, republish=T
         b.add(named_landed + 0.2, "object", key=key(1, v), size=10, last_modified=whole_second(named_landed))
     if republish:
         b.add(8.0, "message", body=job_message(attachment_id=ATT, attempt=2), properties={})
+    b.add(1.0, "state", attachment_id=ATT, state="processing", attempt=1)  # the harness's polls: the first claim
+    if recovery_seen:  # ... taken from it: back to queued, then the newer claim at work
+        b.add(7.9, "state", attachment_id=ATT, state="queued", attempt=2)
+        b.add(8.1, "state", attachment_id=ATT, state="processing", attempt=2)
     for i, v in enumerate(newer):
         written = key(1 if rewrite_same_keys else 2, v)
         b.add(newer_at + 0.1 * i + 0.2, "object", key=written, size=10, last_modified=whole_second(newer_at + 0.1 * i))
@@ -68,6 +72,14 @@ def test_an_older_claims_result_published_over_a_newer_claim_at_work_is_invalid(
 def test_evidence_names_the_republish_time():
     found = verdict(overtaken()).evidence[0]
     assert found["republished_at"].startswith(iso(T0 + 8.0)[:19])
+
+
+def test_a_duplicate_publish_of_a_job_already_committed_is_not_a_stale_commit():
+    # A relay re-sends the message of a job whose ready was committed (before the publish) but not yet polled; a
+    # consumer renders it again under keys of its own before reading the state. The harness's polls never saw the
+    # job taken from its first claim: the ready may predate the publish, so nothing is judged.
+    v = verdict(overtaken(recovery_seen=False))
+    assert v.status == VALID and not v.exercised, v.summary
 
 
 def test_the_newer_claims_own_result_is_valid():
