@@ -1,5 +1,6 @@
 """``hold``: roles kept stopped while work piles up — from before the workload (no trigger; ``hold_seconds`` count
-from the workload start, and ``until_fault`` holds on until that step's fault is in force) or from a trigger — then
+from the workload start, ``until_fault`` holds on until that step's fault is in force, ``until_workload`` until every
+upload was answered) or from a trigger — then
 started again, sampling the work queue's consumers if asked."""
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ def run(ctx, step) -> None:
         time.sleep(max(0.0, ctx.workload_started + float(step.get("hold_seconds", 5)) - time.monotonic()))
         if step.get("until_fault") is not None:
             wait_for_fault(ctx, step, int(step["until_fault"]))
+        if step.get("until_workload"):
+            wait_for_workload(ctx, step)
     else:
         if not ctx.wait_trigger(step, first_delay(step)):
             return
@@ -40,6 +43,17 @@ def wait_for_fault(ctx, step, index: int) -> None:
     while not ctx.history.wait_fault_started(index, 0.1):
         if time.monotonic() > deadline or ctx.stopping.is_set():
             ctx.history.append("note", message=f"hold: fault {index} was not in force within the timeout; released",
+                               fault=step["index"])
+            return
+
+
+def wait_for_workload(ctx, step) -> None:
+    """Held on past ``hold_seconds`` until every upload of the workload was answered, at most the step's ``timeout``:
+    the whole workload then waits in the queue as a backlog, however fast the consumers would have taken it."""
+    deadline = time.monotonic() + float(step.get("timeout", 30))
+    while not ctx.workload_done.wait(0.1):
+        if time.monotonic() > deadline or ctx.stopping.is_set():
+            ctx.history.append("note", message="hold: the workload did not end within the timeout; released",
                                fault=step["index"])
             return
 

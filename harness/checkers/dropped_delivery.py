@@ -32,8 +32,11 @@ so never counted; nor is a delivery of an attachment that has several jobs (leve
 whose transitions name no job; a job that reached
 any outcome, or a recovery, is not counted from then on. Unknown (where a scenario relies on it) when deliveries were
 not traced, or the adapter declares no prefetch, or the work queue never showed a consumer (``basic.get`` ignores
-the prefetch), or no consumer was handed a delivery while it held another of an unfinished job. Exercised when one
-was.
+the prefetch), or no consumer was handed a delivery while it held another of an unfinished job and no backlog
+waited through a fault (below). Exercised when one was, or when the broker's own figures show the same: a
+work-queue sample inside a dependency fault (at least a second into it: the management statistics lag) with
+messages ready while the queue's one consumer held its whole prefetch unacked — the broker pushes a ready message
+to a free slot, so every delivery was held, and one settled would have brought a delivery the count above judges.
 
 Its own finding, with an invalid verdict: how many of the jobs so held ended terminal all the same — their delivery
 never handed out again, so a lease recovery or the lost-message safety net did the work the broker should have.
@@ -74,6 +77,30 @@ def dependency_windows(history: History, grace: float) -> list[tuple[float, floa
                     and x.get("toxic") == e.get("toxic")), None)
         out.append((e["wall"], (end["wall"] if end is not None else float("inf")) + grace, e))
     return out
+
+
+# Queue figures come from the management API's statistics, refreshed every half second in the harness's broker (up to
+# 5 s in a default RabbitMQ): a sample counts only this long after its fault began.
+STATS_LAG_SECONDS = 1.0
+
+
+def backlog_during_faults(samples: list[dict[str, Any]], windows: list[tuple[float, float, dict[str, Any]]],
+                          bound: int, grace: float) -> dict[str, Any] | None:
+    """A work-queue sample taken inside a dependency fault (its grace left out) with messages ready, one consumer and
+    every slot of it taken (``unacked`` at the bound): the broker pushes a ready message to a consumer with a free
+    slot, so its deliveries were all held — had the consumer settled one while its job was unfinished, the broker
+    would have handed it another, a delivery the count above judges. Without it a consumer that never held a full
+    prefetch through a fault shows nothing either way. One consumer only: with several, one channel cannot reach
+    the bound, so a drop could not be counted."""
+    for sample in samples:
+        if int(sample.get("consumers") or 0) != 1 or not int(sample.get("ready") or 0):
+            continue
+        if int(sample.get("unacked") or 0) < bound:
+            continue
+        for start, judged_until, fault in windows:
+            if start + STATS_LAG_SECONDS <= sample["wall"] <= judged_until - grace:  # the fault itself, not its grace
+                return {"fault": fault, "sample": sample}
+    return None
 
 
 def _key(d: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -189,8 +216,18 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
                        "terminal all the same, their delivery never handed out again: a recovery or the safety net "
                        "did the work", evidence=problems, seed=seed)
     if not contested:
-        return undecided(f"no consumer was handed a delivery while it held another of an unfinished job ({judged} "
-                         "deliveries judged)")
+        waited = backlog_during_faults(samples, windows, bound, lease)
+        if waited is None:
+            return undecided(f"no consumer was handed a delivery while it held another of an unfinished job ({judged} "
+                             "deliveries judged), nor did messages wait in the queue while a fault held its one consumer's "
+                             "deliveries")
+        return Verdict(NAME, VALID, REQUIREMENTS, f"during a dependency fault ({waited['fault'].get('action')} on "
+                       f"{waited['fault'].get('service')}) {waited['sample'].get('ready')} messages waited ready in the "
+                       f"work queue while its one consumer held {waited['sample'].get('unacked')} deliveries (prefetch "
+                       f"{prefetch}), and the broker handed it none: no delivery was settled while its job was "
+                       f"unfinished ({judged} deliveries judged)", evidence=[evidence(
+                           "messages ready while the consumer's deliveries were held through a dependency fault",
+                           events=[waited["fault"], waited["sample"]], bound=bound)], seed=seed)
     return Verdict(NAME, VALID, REQUIREMENTS, f"{contested} of {judged} deliveries were handed to a consumer holding "
                    f"unfinished work ({in_faults} of the {judged} during {len(windows)} dependency faults): none "
                    "implies a settled "

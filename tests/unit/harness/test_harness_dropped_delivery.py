@@ -17,15 +17,16 @@ CONN = "127.0.0.1:40000 -> 127.0.0.1:5672"
 QUEUE = "attachments.jobs.process"
 
 
-def outage(toxic="cut", service="postgres", prefetch=2, consumers=1, traced=True, asked=True):
-    """Jobs A and B delivered to one channel at 1.0/1.1 and claimed; the database cut from 2.0 to 6.0."""
+def outage(toxic="cut", service="postgres", prefetch=2, consumers=1, traced=True, asked=True, ready=0):
+    """Jobs A and B delivered to one channel at 1.0/1.1 and claimed; the database cut from 2.0 to 6.0; the queue
+    sampled every second with ``ready`` messages waiting."""
     b = Builder(lease=4, scenario={"name": "hand-made", "checks": ["dropped_delivery"] if asked else []})
     b.run["adapter"]["limits"] = {"prefetch": prefetch} if prefetch is not None else {}
     b.run["adapter"]["broker"] = {"work_queue": QUEUE}
     if traced:
         b.add(0.05, "observe", source="firehose", deliveries=True, queue=QUEUE)
     for at in (0.5, 1.5, 2.5, 3.5):
-        b.add(at, "queue", queue=QUEUE, dead_letter=False, ready=1, unacked=2, consumers=consumers)
+        b.add(at, "queue", queue=QUEUE, dead_letter=False, ready=ready, unacked=2, consumers=consumers)
     b.add(2.0, "fault", action="toxic", service="postgres" if service == "postgres" else service, toxic=toxic,
           phase="start", params={})
     b.add(6.0, "fault", action="toxic", service=service, toxic=toxic, phase="end")
@@ -175,3 +176,43 @@ def test_an_earlier_pipeline_versions_delivery_is_not_judged_by_the_latest_versi
     for attachment_id in (A, B):  # one version each: the same history is the invalid shape it was
         b.attachments[attachment_id]["body"]["versions"] = [{"pipeline_version": 1, "state": "ready"}]
     assert check(b).status == INVALID
+
+
+def held_through_the_cut(**kw):
+    """A fast consumer: A delivered and done at once, B delivered after it and held through the cut (ready after it),
+    nothing handed out during the cut — no delivery came while another of an unfinished job was held."""
+    b = outage(**kw)
+    deliver(b, 1.0, A)
+    deliver(b, 1.1, B)
+    b.transitions(A, [(0.5, None, "queued", 1, "api"), (1.05, "queued", "processing", 1, "worker"),
+                      (1.3, "processing", "ready", 1, "worker")])
+    b.transitions(B, [(0.6, None, "queued", 1, "api"), (1.3, "queued", "processing", 1, "worker"),
+                      (6.4, "processing", "ready", 1, "worker")])
+    return b
+
+
+def test_messages_waiting_while_the_cut_held_every_slot_show_that_none_was_settled():
+    # A fast consumer (the Go and TypeScript examples under load) finished each job within the tap's lag once the cut
+    # healed: no delivery was ever judged contested, and the scenario ended unknown. The broker's own figures show the
+    # same thing a contested delivery would: messages waited while the consumer held its whole prefetch through the
+    # fault, and it was handed none.
+    verdict = check(held_through_the_cut(ready=5))
+    assert verdict.status == VALID and verdict.exercised, verdict.summary
+    assert "5 messages waited ready" in verdict.summary and verdict.evidence[0]["history"][1]["ready"] == 5
+    # Nothing waited (the consumer had taken all there was): it proves nothing, as before.
+    verdict = check(held_through_the_cut(ready=0))
+    assert verdict.status == UNKNOWN and "nor did messages wait" in verdict.summary, verdict.summary
+
+
+def test_a_backlog_only_counts_with_one_consumer_holding_its_whole_prefetch_inside_the_fault():
+    assert check(held_through_the_cut(ready=5, consumers=2)).status == UNKNOWN  # one channel cannot reach the bound
+    assert check(held_through_the_cut(ready=5, prefetch=3)).status == UNKNOWN  # 2 unacked: a slot was free
+    b = held_through_the_cut(ready=0)
+    b.add(2.5, "queue", queue=QUEUE, dead_letter=False, ready=5, unacked=2, consumers=1)  # the fault 0.5 s old
+    b.add(6.5, "queue", queue=QUEUE, dead_letter=False, ready=5, unacked=2, consumers=1)  # after it, in its grace
+    assert check(b).status == UNKNOWN
+
+
+def test_a_consumer_that_settles_during_the_cut_is_invalid_though_messages_waited():
+    verdict = check(dropped(outage(ready=5)))
+    assert verdict.status == INVALID, verdict.summary
