@@ -341,8 +341,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kinds", help="comma-separated fault kinds to draw from (default: every kind the adapter takes)")
     p.add_argument("--max-faults", type=_positive_int, default=3, help="faults per case at most (default 3)")
     p.add_argument("--drain", type=_positive_float, default=20.0,
-                   help="seconds each case's drain waits for unfinished jobs (default 20; longer for production "
-                        "timings: a crash is recovered within a lease and a sweep)")
+                   help="seconds each case's drain waits at most for unfinished jobs (default 20), never less than "
+                        "the adapter's lease and two sweeps, twice, plus 10 s")
     p.add_argument("--level", type=int, choices=[3, 4, 5])
     p.add_argument("--reports", help="folder for the explore folder (default: reports/runs under the checkout)")
     p.add_argument("--keep-data", action="store_true", help=KEEP_DATA_HELP)

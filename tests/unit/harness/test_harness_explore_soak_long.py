@@ -232,3 +232,35 @@ def test_when_hypothesis_stops_shrinking_explore_goes_on_greedily_within_the_bud
     best = results["smallest"]
     assert sorted(f["action"] for f in best["faults"]) == ["failpoint", "restart_service"]
     assert best["uploads"] == explore.UPLOADS[0] and "greedy shrink" in results["stopped"]
+
+
+def test_the_first_failure_is_shrunk_greedily_at_once_so_the_fault_that_does_not_matter_is_dropped(
+        monkeypatch, tmp_path):
+    """The CI test's shape on a fake clock: tests/broken/no_outbox, seed 13, two failpoints at most, 240 s; a valid
+    run takes 15 s, a failing one 55 s (its drain waits for the lost job). Before: Hypothesis' shrink spent the budget
+    on the uploads and the times, and the answer kept two faults (as a CI rehearsal saw); now the first failure is
+    shrunk greedily at once and the answer is the one failpoint the bug needs."""
+    import harness.runner as runner_mod
+
+    clock = [0.0]
+    monkeypatch.setattr(explore.time, "monotonic", lambda: clock[0])
+
+    class FakeRun:
+        def __init__(self, scenario, *args, **kwargs):
+            self.faults = scenario.raw["faults"]
+
+        def execute(self):
+            bad = any(f.get("window") == "after_commit_before_publish" for f in self.faults)
+            clock[0] += 55.0 if bad else 15.0
+            return {"verdict": "invalid" if bad else "valid",
+                    "verdicts": [{"invariant": "lost_accepted_work", "status": "invalid"}] if bad else []}
+
+    monkeypatch.setattr(runner_mod, "ScenarioRun", FakeRun)
+    no_outbox = adapter_mod.load(REPO_ROOT / "tests" / "broken" / "no_outbox")
+    results, _ = explore.explore(no_outbox, "tests/broken/no_outbox", budget=240, seed=13, kinds=["failpoint"],
+                                 max_faults=2, reports_dir=tmp_path, stack=object(), progress=lambda text: None,
+                                 confirm=False)
+    runs = [(r["tag"], r["verdict"], [f.get("window") for f in r["faults"]], r["uploads"]) for r in results["runs"]]
+    best = results["smallest"]
+    assert best is not None and [f.get("window") for f in best["faults"]] == ["after_commit_before_publish"], runs
+    assert any(len(r[2]) == 2 and r[1] == "invalid" for r in runs), runs  # found with two faults, then shrunk
