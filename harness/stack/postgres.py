@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,7 @@ class Postgres:
     log_dir: Path  # in the run directory; the log is written through a descriptor we open, so any path works
     port: int
     process: ServiceProcess | None = None
+    shared_closed: bool = False  # close_shared_databases ran since this server was waited for
 
     name = "postgres"
 
@@ -148,8 +150,27 @@ class Postgres:
             return conn.execute("select 1").fetchone() == (1,)
 
     def wait_ready(self, timeout: float = 30, abandon: threading.Event | None = None) -> float:
-        return wait_until(self.ready, timeout, "PostgreSQL", process=self.process, abandon=abandon,
-                          on_fail=lambda: self.process.tail() if self.process else "")
+        seconds = wait_until(self.ready, timeout, "PostgreSQL", process=self.process, abandon=abandon,
+                             on_fail=lambda: self.process.tail() if self.process else "")
+        self.close_shared_databases()
+        return seconds
+
+    def close_shared_databases(self) -> None:
+        """The cluster's ``postgres`` and ``template1`` databases closed to every non-superuser (the tenants' roles),
+        once per server start, before any tenant exists — not once per tenant role: two REVOKEs of one database's
+        privileges at the same moment fail with "tuple concurrently updated" (a run's setup failed so while broken
+        variants made their tenants three at once). Tried again on that error all the same."""
+        for attempt in range(5):
+            try:
+                with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
+                    conn.execute("revoke all on database postgres from public")
+                    conn.execute("revoke all on database template1 from public")
+                break
+            except psycopg.errors.InternalError_:
+                if attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+        self.shared_closed = True
 
     def create_database(self, name: str, template: str | None = None, owner: str | None = None) -> None:
         """A database ``name``; with ``template``, a copy of that database (``CREATE DATABASE … TEMPLATE``: no other
@@ -189,8 +210,8 @@ class Postgres:
             else:
                 conn.execute(sql.SQL("create role {} with login nosuperuser nocreatedb nocreaterole password {}")
                              .format(sql.Identifier(name), sql.Literal(password)))
-            conn.execute("revoke all on database postgres from public")
-            conn.execute("revoke all on database template1 from public")
+        if not self.shared_closed:  # a server this object did not wait for (started elsewhere)
+            self.close_shared_databases()
 
     def seal_template(self, name: str) -> None:
         """Make database ``name`` a template no one can connect to (a role of a run cannot change what the next
