@@ -168,6 +168,11 @@ class _Failed(Exception):
     pass
 
 
+class _Smallest(BaseException):
+    """Raised once a failing case has one fault and the least uploads: the search stops (a BaseException, as
+    ``_OutOfBudget``, so Hypothesis stops at once), the time left goes to the replay."""
+
+
 class _OutOfBudget(BaseException):
     """Raised once the budget is spent: Hypothesis stops at once (not an Exception, so neither a failure to shrink
     nor something it retries); the failing cases seen so far are kept by ``explore``."""
@@ -253,6 +258,9 @@ def explore(adapter, sut: str, *, budget: float, seed: int, level: int | None = 
         return best
 
     def test(case: Case) -> None:
+        best = smallest([c for c, _ in failing])
+        if best is not None and len(best.picks) == 1 and best.uploads == UPLOADS[0]:
+            raise _Smallest()  # one fault and the least uploads: only its time and variant could still shrink
         first = not failing
         entry = run_once(case)
         if entry is None:
@@ -277,6 +285,8 @@ def explore(adapter, sut: str, *, budget: float, seed: int, level: int | None = 
             stopped = "search exhausted, no failing case"
         except _OutOfBudget:
             stopped = "budget spent while shrinking" if failing else "budget spent, no failing case"
+        except _Smallest:
+            stopped = "one fault and the least uploads found: nothing smaller to look for"
         except Exception as exc:  # the shrunk failure (or Flaky, when a shrunk case did not fail again)
             stopped = f"shrink done ({type(exc).__name__})"
         best = smallest([c for c, _ in failing])

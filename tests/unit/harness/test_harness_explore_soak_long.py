@@ -264,3 +264,6 @@ def test_the_first_failure_is_shrunk_greedily_at_once_so_the_fault_that_does_not
     best = results["smallest"]
     assert best is not None and [f.get("window") for f in best["faults"]] == ["after_commit_before_publish"], runs
     assert any(len(r[2]) == 2 and r[1] == "invalid" for r in runs), runs  # found with two faults, then shrunk
+    # One fault and the least uploads: nothing smaller to find, so the search stops there, not at the budget.
+    assert best["uploads"] == explore.UPLOADS[0] and "nothing smaller" in results["stopped"], results["stopped"]
+    assert results["seconds"] <= 240 + 55, runs  # at most the run under way when the budget ran out
