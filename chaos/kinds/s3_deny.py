@@ -34,12 +34,6 @@ def bucket_and_key(ctx) -> tuple[str | None, str | None, str | None]:
     return None, None, None
 
 
-def policy(bucket: str, writes: bool) -> dict:
-    from harness.stack.seaweedfs import tenant_policy
-
-    return tenant_policy(bucket, writes)
-
-
 def set_writes(store, bucket: str, writes: bool) -> None:
     store.set_tenant_writes(bucket, writes)
 

@@ -97,10 +97,12 @@ def test_the_kind_counts_only_a_refusal_its_own_put_proved():
 
 
 def test_the_refusing_policy_keeps_reads_lists_and_deletes_and_drops_every_write():
-    closed = s3_deny.policy("b", writes=False)["Statement"][0]
+    from harness.stack.seaweedfs import tenant_policy
+
+    closed = tenant_policy("b", writes=False)["Statement"][0]
     assert set(closed["Action"]) == {"s3:GetObject", "s3:ListBucket", "s3:DeleteObject"}
     assert closed["Resource"] == ["arn:aws:s3:::b", "arn:aws:s3:::b/*"]
-    assert s3_deny.policy("b", writes=True)["Statement"][0]["Action"] == ["s3:*"]
+    assert tenant_policy("b", writes=True)["Statement"][0]["Action"] == ["s3:*"]
 
 
 def test_lost_accepted_work_leaves_a_job_failed_under_a_permanent_refusal_to_this_check():
