@@ -18,8 +18,13 @@ lint: bootstrap
 	.venv/bin/ruff check .
 	.venv/bin/mypy  # the strictly typed modules: files in [tool.mypy] of pyproject.toml
 
+# Two workers (pytest-xdist): the tests of the real stack on one, in order; the unit tests, then the other
+# implementations' grades on a stack of their own, on the other (the split: tests/conftest.py). PYTEST_WORKERS=0
+# runs everything in one process.
+PYTEST_WORKERS ?= 2
+
 test: lint
-	.venv/bin/pytest $(PYTEST_ARGS)
+	.venv/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 stack-up: bootstrap
 	.venv/bin/harness stack up

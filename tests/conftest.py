@@ -53,6 +53,49 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run soak/load/benchmark tests at full size instead of the short CI size")
 
 
+UNIT_TESTS = "tests/unit/"
+# The other implementations' grades: their own work unit, so the second worker grades them on a stack of its own
+# beside the first (as `grade-many --jobs 2` grades two submissions), once it is done with the unit tests.
+OTHER_IMPLEMENTATIONS = ("tests/integration/harness/test_harness_grade_go_example.py",
+                         "tests/integration/harness/test_harness_grade_ts_example.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`make test` runs two pytest-xdist workers. Every test outside tests/unit that needs the real stack (the
+    reference's tests, the live grades, the benchmarks) is one work unit, run by one worker in collection order on
+    one stack, as a run without xdist would; the unit tests (no services, mostly waiting on subprocesses and sleeps)
+    are spread beside it by module, and the other implementations' grades are one unit of their own.
+
+    The split is by node id in the scheduler itself: xdist's own `xdist_group` marks are silently ignored with the
+    structured node ids of pytest 9.2 (pytest-xdist issue 1386).
+    """
+    return stack_apart_scheduling()(config, log)
+
+
+def stack_apart_scheduling() -> type:
+    from xdist.scheduler import LoadScopeScheduling  # only when xdist runs the session
+
+    class StackApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid) or super()._split_scope(nodeid)
+
+    return StackApart
+
+
+def work_unit(nodeid: str) -> str | None:
+    """The work unit of a test outside tests/unit; None for a unit test (xdist's own split: its module)."""
+    if nodeid.startswith(UNIT_TESTS):
+        return None
+    return "the other implementations" if nodeid.startswith(OTHER_IMPLEMENTATIONS) else "the stack"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The benchmarks run last: their ratios are taken in one run, and with xdist the unit tests beside them at the
+    # start would be noise in both sides of a ratio but not in the same measure.
+    items.sort(key=lambda item: item.nodeid.startswith("tests/benchmarks/"))
+
+
 @pytest.fixture(scope="session")
 def full_size(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--full") or os.environ.get("FULL_SIZE") == "1")

@@ -66,6 +66,8 @@ def test_mount_script_binds_back_what_a_blocked_home_or_tmp_would_hide(tmp_path,
 def test_a_folder_inside_a_hidden_one_is_not_hidden_again(tmp_path, monkeypatch):
     """The reports folder and the run's grade folder inside it: one mount (the second has no mount point left)."""
     monkeypatch.setattr(isolation, "ROOT", tmp_path / "iso")
+    # tmp_path may lie under /tmp, which the role sees replaced (and so out of view already): not what is tested here.
+    monkeypatch.setattr(isolation, "HIDDEN_TMP", ())
     runs = tmp_path / "reports" / "runs"
     (runs / "grade-1").mkdir(parents=True)
     script = isolation.mount_script(0, [], {}, hide=[runs / "grade-1", runs])
