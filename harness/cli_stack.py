@@ -77,6 +77,7 @@ def stack_up(args: argparse.Namespace) -> int:
     print(f"starting PostgreSQL, RabbitMQ{f' ({nodes} nodes)' if nodes > 1 else ''}, SeaweedFS and Toxiproxy ...",
           file=sys.stderr)
     stack = Stack.start(args.run_dir, keep_data=args.keep_data, rabbitmq_nodes=nodes)
+    stack.detach()  # `harness stack down` stops them by PID
     CURRENT.parent.mkdir(parents=True, exist_ok=True)
     CURRENT.write_text(str(stack.run_dir))
     info = stack.describe()

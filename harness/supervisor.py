@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import isolation
 from .paths import reports_dir
+from .stack import keeper
 from .stack.process import signal_group
 
 
@@ -163,6 +164,7 @@ class Supervisor:
             instance.process = subprocess.Popen(
                 argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True)
+            keeper.register(instance.process.pid)  # the group dies with the harness, even a killed one
             log.close()
             instance.paused = False
             instance.expected_exit = False
@@ -210,6 +212,7 @@ class Supervisor:
                 self.wait_exit(name, 5)
         # Whatever the leader did, no member of its group may outlive it (CONTRACT §2).
         kill_group_members(instance.process.pid)
+        keeper.release(instance.process.pid)
 
     def ensure_running(self, name: str, extra_env: dict[str, str] | None = None) -> bool:
         """Start ``name`` unless it runs; True if this call started it.
@@ -309,6 +312,7 @@ class Supervisor:
                 # (a process pool's forkserver and workers, re-parented to init): as when a container's main
                 # process dies, nothing of its group outlives it.
                 left = kill_group_members(process.pid)
+                keeper.release(process.pid)
                 if left:
                     self._record("note", message="killed what the exited role left running in its process group",
                                  role=instance.name, pids=sorted(left))

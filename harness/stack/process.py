@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from harness.stack import keeper
+
 
 @dataclass
 class ServiceProcess:
@@ -34,6 +36,7 @@ class ServiceProcess:
             env=self.env, cwd=self.cwd, user=self.user, start_new_session=True,
         )
         log.close()
+        keeper.register(self.popen.pid)
         return self
 
     @property
@@ -58,7 +61,8 @@ class ServiceProcess:
                 self.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        wait_group_gone(self.pid)
+        if wait_group_gone(self.pid):
+            keeper.release(self.pid)
 
     def stop(self, grace: float = 10.0, sig: int = signal.SIGTERM, leader_only: bool = False) -> None:
         """Send `sig` to the group (or to its leader alone), then SIGKILL whatever is left after `grace` seconds."""

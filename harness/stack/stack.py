@@ -27,6 +27,7 @@ from pathlib import Path
 
 from ..paths import state_dir
 from ..toxiproxy import ProxySpec, Toxiproxy
+from . import keeper
 from .data_dir import new_data_dir, remove_data_dir
 from .ports import LOOPBACK, PortAllocator, StartAbandoned, port_listening
 from .postgres import Postgres
@@ -171,6 +172,8 @@ class Stack:
         log_dir = run_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         data_dir = new_data_dir(run_dir)
+        if not keep_data:
+            keeper.register_folder(data_dir)
         try:
             ports = PortAllocator()
             postgres = Postgres(root=data_dir / "postgres", log_dir=log_dir, port=ports.take())
@@ -486,6 +489,13 @@ class Stack:
         procs["epmd"] = self.rabbitmq.epmd_process
         return procs
 
+    def detach(self) -> None:
+        """Hand the services over to whoever stops them by PID (``harness stack down`` reads stack.json): they
+        outlive this process, where otherwise its keeper kills them when it ends."""
+        for pid in self.pids().values():
+            keeper.release(pid)
+        keeper.release_folder(self.data_dir)
+
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.processes().items() if p is not None and p.pid is not None}
 
@@ -547,6 +557,7 @@ def _write_json_atomically(path: Path, state: dict) -> None:
 
 
 def release_data_dir(data_dir: Path | str | None, keep_data: bool) -> None:
+    keeper.release_folder(data_dir)
     if keep_data:
         print(f"[stack] service data kept for a post-mortem in {data_dir} (remove it when done)", file=sys.stderr)
     elif not remove_data_dir(data_dir):

@@ -189,3 +189,35 @@ def test_interrupting_stack_up_stops_everything_it_started(tmp_path, sig):
     assert state["stopped"] is True
     nothing_left_running(state)
     assert leftovers_in_tmp(state, since, state["pids"]["s3"]) == []
+
+
+@pytest.mark.parametrize("at", ["starting", "ready"])
+def test_a_killed_stack_start_leaves_no_service_and_no_data(tmp_path, at):
+    """SIGKILL runs no cleanup: the process's keeper (harness/stack/keeper.py) kills what it started and removes the
+    data folder. While the services start, and once they are ready (a test session's stack, a grade's own stack);
+    only `harness stack up`, whose services `harness stack down` stops by PID, hands them over."""
+    run_dir = tmp_path / "killed"
+    script = ("import sys; from harness.stack import Stack; Stack.start(sys.argv[1]); print('ready', flush=True); "
+              "import time; time.sleep(300)")
+    starter = subprocess.Popen([sys.executable, "-c", script, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        if at == "ready":
+            assert starter.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + 60
+        state: dict = {}
+        while len(state.get("pids", {})) < 5 and starter.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            try:
+                state = json.loads((run_dir / "stack.json").read_text())
+            except (OSError, ValueError):
+                pass
+        assert len(state.get("pids", {})) == 5, "every service spawned"
+    finally:
+        starter.kill()
+        starter.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (any(group_members(pid) for pid in state["pids"].values())
+                                           or Path(state["data_dir"]).exists()):
+        time.sleep(0.1)
+    nothing_left_running(state)
+    assert not Path(state["data_dir"]).exists(), "the data folder outlived the killed starter"

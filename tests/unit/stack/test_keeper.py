@@ -1,0 +1,106 @@
+"""The keeper: what a harness process started dies with it, even when it is killed (SIGKILL runs no cleanup)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from harness.stack import keeper
+from harness.stack.process import group_members
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def wait_for(predicate, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def starter(tmp_path: Path, body: str) -> tuple[subprocess.Popen, dict]:
+    """A harness process that starts a service group (a shell with a child: two processes) and a data folder, prints
+    what it made, then waits to be killed."""
+    script = textwrap.dedent(f"""
+        import json, sys, time
+        from pathlib import Path
+        from harness.stack import keeper
+        from harness.stack.process import ServiceProcess
+        folder = Path({str(tmp_path / "data")!r}); folder.mkdir(); (folder / "pg").write_text("x")
+        keeper.register_folder(folder)
+        service = ServiceProcess(name="svc", argv=["sh", "-c", "sleep 300 & wait"],
+                                 log_path=Path({str(tmp_path / "svc.log")!r})).start()
+        {body}
+        print(json.dumps({{"pgid": service.pid, "folder": str(folder)}}), flush=True)
+        time.sleep(300)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    made = json.loads(proc.stdout.readline())
+    assert wait_for(lambda: len(group_members(made["pgid"])) == 2), "the service and its child run"
+    return proc, made
+
+
+def test_a_killed_starters_groups_and_data_folders_go_with_it(tmp_path):
+    proc, made = starter(tmp_path, "")
+    proc.kill()
+    proc.wait()
+    assert wait_for(lambda: group_members(made["pgid"]) == []), "the service outlived its killed starter"
+    assert wait_for(lambda: not Path(made["folder"]).exists()), "its data folder was left behind"
+
+
+def test_a_released_group_and_folder_outlive_their_starter(tmp_path):
+    """`harness stack up`: the services are handed over to `harness stack down`, which stops them by PID."""
+    proc, made = starter(tmp_path, "keeper.release(service.pid); keeper.release_folder(folder)")
+    proc.kill()
+    proc.wait()
+    try:
+        time.sleep(1.0)  # the keeper has read the end of its pipe by now, and would have acted
+        assert len(group_members(made["pgid"])) == 2
+        assert Path(made["folder"]).exists()
+    finally:
+        os.killpg(made["pgid"], signal.SIGKILL)
+
+
+def test_the_lines_are_followed_to_the_end():
+    lines = [json.dumps(m) for m in ({"group": 11, "start": "5"}, {"group": 12, "start": "6"}, {"released": 11},
+                                      {"folder": "/tmp/a"}, {"folder": "/tmp/b"}, {"released_folder": "/tmp/a"})]
+    assert keeper.keep([*lines, "not json"]) == ({12: "6"}, ["/tmp/b"])
+
+
+def test_a_group_id_now_naming_another_process_is_left_alone(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        assert keeper.kill_left({sleeper.pid: "123"}) == []  # its start time is not the one registered
+        assert keeper.kill_left({sleeper.pid: None}) == []  # gone before its start time could be read
+        assert sleeper.poll() is None
+        assert keeper.kill_left({sleeper.pid: keeper.start_time(sleeper.pid)}) == [sleeper.pid]
+        assert sleeper.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()
+
+
+def test_a_killed_graders_roles_go_with_it(tmp_path):
+    """A role of the implementation (started by the supervisor, not isolated) dies with a harness killed mid-run."""
+    script = textwrap.dedent(f"""
+        import json, os, time
+        from harness.supervisor import Supervisor
+        supervisor = Supervisor({str(tmp_path / "run")!r}, isolate=False)
+        supervisor.add("worker", "worker", ["sh", "-c", "sleep 300 & wait"], dict(os.environ))
+        print(json.dumps(supervisor.start("worker").pid), flush=True)
+        time.sleep(300)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    pgid = json.loads(proc.stdout.readline())
+    assert wait_for(lambda: len(group_members(pgid)) == 2)
+    proc.kill()
+    proc.wait()
+    assert wait_for(lambda: group_members(pgid) == []), "the role outlived its killed grader"
