@@ -62,6 +62,20 @@ def leftovers_in_tmp(state: dict, since: float, weed_pid: int | None = None) -> 
     return found
 
 
+def every_service_spawned(run_dir: Path, starter: subprocess.Popen, timeout: float = 60) -> dict:
+    """stack.json once it names the five processes (while the starter still runs)."""
+    deadline = time.monotonic() + timeout
+    state: dict = {}
+    while len(state.get("pids", {})) < 5 and starter.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            state = json.loads((run_dir / "stack.json").read_text())
+        except (OSError, ValueError):
+            pass
+    assert len(state.get("pids", {})) == 5, "every service spawned"
+    return state
+
+
 def amqp_roundtrip(url: str) -> bytes:
     async def roundtrip() -> bytes:
         connection = await aio_pika.connect(url, timeout=10)
@@ -165,15 +179,7 @@ def test_interrupting_stack_up_stops_everything_it_started(tmp_path, sig):
     up = subprocess.Popen([sys.executable, "-m", "harness.cli", "stack", "up", "--run-dir", str(run_dir)],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        state = {}
-        while len(state.get("pids", {})) < 5 and up.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-            try:
-                state = json.loads((run_dir / "stack.json").read_text())
-            except (OSError, ValueError):
-                pass
-        assert len(state.get("pids", {})) == 5, "every service spawned"
+        state = every_service_spawned(run_dir, up)
         assert not state["ready_seconds"], "interrupted while still waiting for readiness"
         time.sleep(0.3)
         up.send_signal(sig)
@@ -203,15 +209,7 @@ def test_a_killed_stack_start_leaves_no_service_and_no_data(tmp_path, at):
     try:
         if at == "ready":
             assert starter.stdout.readline().strip() == "ready"
-        deadline = time.monotonic() + 60
-        state: dict = {}
-        while len(state.get("pids", {})) < 5 and starter.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-            try:
-                state = json.loads((run_dir / "stack.json").read_text())
-            except (OSError, ValueError):
-                pass
-        assert len(state.get("pids", {})) == 5, "every service spawned"
+        state = every_service_spawned(run_dir, starter)
     finally:
         starter.kill()
         starter.wait()
