@@ -116,6 +116,7 @@ class FaultContext:
     window_hits: list[dict[str, Any]] = field(default_factory=list)
     restart_after: dict[str, float] = field(default_factory=dict)
     restart_timers: list[threading.Timer] = field(default_factory=list)
+    looks: list[threading.Event] = field(default_factory=list)  # set once a crashed instance's look is over
     version_instances: dict[int, list[str]] = field(default_factory=dict)  # level 5: start_version's instances
     sampler: ConsumerSampler | None = None
 
@@ -346,10 +347,16 @@ class FaultContext:
 
     def schedule_restart(self, name: str, delay: float, look: str | None = None) -> None:
         began = time.monotonic()
+        looked = threading.Event()
+        if look is not None:
+            self.looks.append(looked)
 
         def restart() -> None:
             if look is not None:
-                self.look_while_down(look, within=max(0.3, 0.8 * delay))
+                try:
+                    self.look_while_down(look, within=max(0.3, 0.8 * delay))
+                finally:
+                    looked.set()
                 time.sleep(max(0.0, delay - (time.monotonic() - began)))
             if self.stopping.is_set() or name in self.held or name in self.extra_stopped:
                 return
@@ -358,6 +365,14 @@ class FaultContext:
         timer.daemon = True
         self.restart_timers.append(timer)
         timer.start()
+
+    def finish_looks(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) for the looks at crashed instances still under way: the heal restarts an armed role at
+        once, and a look finished after that restart no longer shows what the crash alone left committed (a loaded
+        machine's TypeScript grade once lost a window's evidence so)."""
+        deadline = time.monotonic() + timeout
+        for looked in list(self.looks):
+            looked.wait(max(0.0, deadline - time.monotonic()))
 
     def cancel_restarts(self) -> None:
         for timer in self.restart_timers:

@@ -445,6 +445,7 @@ class ScenarioRun:
     def _heal(self) -> None:
         for step in self.schedule:
             fault_kinds.heal(self.faults, step)  # the kind's heal; by default the release of the roles the step held
+        self.faults.finish_looks()  # before the heal restarts a crashed role the look is still reading
         repaired = heal_all(self.supervisor, self.toxiproxy, self.faults.expected_running(), self.history, self.stack)
         if repaired:  # a role restarted by the heal (an armed API, say) must answer before the drain reads it
             self._wait_healthy()

@@ -19,6 +19,13 @@ export function pool(cfg: Config, max = 10): Pool {
 export async function tx<T>(p: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
   const c = await p.connect();
   let broken: Error | undefined;
+  // A checked-out client whose connection ends emits 'error' (the pool's own listener is for idle clients only);
+  // unheard, that event ends the process. Heard, the transaction's next query fails and the client is destroyed.
+  const lost = (err: Error) => {
+    broken = err;
+    log("database connection lost in a transaction", { error: String(err) });
+  };
+  c.on("error", lost);
   try {
     await c.query("BEGIN");
     const out = await fn(c);
@@ -34,6 +41,7 @@ export async function tx<T>(p: Pool, fn: (c: PoolClient) => Promise<T>): Promise
     }
     throw err;
   } finally {
+    c.off("error", lost);
     c.release(broken);
   }
 }

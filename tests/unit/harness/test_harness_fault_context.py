@@ -84,6 +84,37 @@ def test_a_failpoint_crash_is_looked_at_while_down_and_restarted_after():
     assert look["ready"] == ["a1"] and look["read"] == 1
 
 
+class SlowObserver(Observer):
+    def poll_one(self, attachment_id):
+        time.sleep(0.25)  # a loaded machine's read
+        super().poll_one(attachment_id)
+
+
+def test_the_heal_waits_for_a_look_under_way_before_it_restarts_the_crashed_role():
+    """The heal restarts an armed role at once; a look still reading then would see what the restarted role did, not
+    what the crash left (a loaded TypeScript grade lost window-commit-ack-failpoint's evidence so)."""
+    worker = Instance("worker", "worker", alive=False)
+    ctx = context(worker, Instance("sweeper", "sweeper"))
+    ctx.observer = SlowObserver({"a1": "processing", "a2": "processing"})
+    ctx.restart_after["worker"] = 2.0  # the look may take up to 1.6 s
+    worker.armed = {"after_commit_before_ack": "1*crash"}
+    ctx.on_exit(worker, {"expected": False, "returncode": 137})
+    time.sleep(0.05)
+    ctx.finish_looks()
+    looked = time.monotonic()  # the heal would restart the role now
+    assert [a for a, _ in ctx.observer.read] == ["a1", "a2"] and all(t <= looked for _, t in ctx.observer.read)
+    assert any(line.get("source") == "look_while_down" for line in ctx.history.lines)
+    ctx.cancel_restarts()
+
+
+def test_finish_looks_is_bounded():
+    ctx = context(Instance("worker", "worker"))
+    ctx.looks.append(threading.Event())  # a look that never ends
+    began = time.monotonic()
+    ctx.finish_looks(timeout=0.2)
+    assert time.monotonic() - began < 1.0
+
+
 def test_hold_and_release_keep_their_bookkeeping_on_the_context():
     ctx = context(Instance("worker", "worker"), Instance("sweeper", "sweeper"))
     released = []
