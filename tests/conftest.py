@@ -54,18 +54,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 UNIT_TESTS = "tests/unit/"
-# The other implementations' grades: their own work unit, so the second worker grades them on a stack of its own
-# beside the first (as `grade-many --jobs 2` grades two submissions), once it is done with the unit tests.
-OTHER_IMPLEMENTATIONS = ("tests/integration/harness/test_harness_grade_go_example.py",
-                         "tests/integration/harness/test_harness_grade_ts_example.py")
+# The suite's grades (a whole catalogue of scenario runs, three side by side, busy on both cores): one work unit of
+# their own, run one after another by the second worker on a stack of its own, while the first runs the rest (mostly
+# waiting on the services) — two grades side by side on two cores only slow each other down.
+GRADES = tuple(f"tests/integration/harness/test_harness_{name}.py" for name in (
+    "grade_reference", "broken_variants", "explore_shrink", "grade_ts_example", "grade_go_example"))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`make test` runs two pytest-xdist workers. Every test outside tests/unit that needs the real stack (the
-    reference's tests, the live grades, the benchmarks) is one work unit, run by one worker in collection order on
-    one stack, as a run without xdist would; the unit tests (no services, mostly waiting on subprocesses and sleeps)
-    are spread beside it by module, and the other implementations' grades are one unit of their own.
+    """`make test` runs two pytest-xdist workers. The tests outside tests/unit make two work units, each run by one
+    worker in collection order on one stack, as a run without xdist would: the suite's grades, and every other test
+    of the real stack (the benchmarks last); the unit tests (no services) are spread over both by module.
 
     The split is by node id in the scheduler itself: xdist's own `xdist_group` marks are silently ignored with the
     structured node ids of pytest 9.2 (pytest-xdist issue 1386).
@@ -87,7 +87,7 @@ def work_unit(nodeid: str) -> str | None:
     """The work unit of a test outside tests/unit; None for a unit test (xdist's own split: its module)."""
     if nodeid.startswith(UNIT_TESTS):
         return None
-    return "the other implementations" if nodeid.startswith(OTHER_IMPLEMENTATIONS) else "the stack"
+    return "the grades" if nodeid.startswith(GRADES) else "the stack"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
