@@ -27,7 +27,7 @@ _TOXIC = {"blackhole": ("timeout", lambda p: {"timeout": 0}),
           "latency": ("latency", lambda p: {"latency": int(p.get("ms", 500)), "jitter": int(p.get("jitter_ms", 0))})}
 
 
-def _fault_index() -> int | None:
+def fault_index() -> int | None:
     """The scenario fault this thread runs (the runner names each step's thread ``fault-<index>``)."""
     name = threading.current_thread().name
     if name.startswith("fault-") and name[6:].isdigit():
@@ -56,9 +56,9 @@ class NetworkFaults:
         """Start a fault; returns the toxic name (None for cut, which disables the proxy). With ``role``: on that
         role's own link to the service (a proxy the runner gave it), not on every role's."""
         params = dict(params or {})
-        fault = fault if fault is not None else _fault_index()
+        fault = fault if fault is not None else fault_index()
         self.history.append("fault", action="toxic", toxic=kind, phase="start", service=service, params=params,
-                            **({"role": role} if role else {}))
+                            **({"role": role} if role else {}), **({"fault": fault} if fault is not None else {}))
         link = f"{service}@{role}" if role else service
         if kind not in KINDS:
             raise ValueError(f"unknown network fault {kind!r}; one of {KINDS}")
@@ -104,7 +104,9 @@ class NetworkFaults:
                 if entry is not None:
                     self._conclude(entry)
         self.history.append("fault", action="toxic", toxic=kind, phase="end", service=service,
-                            **({"role": role} if role else {}))
+                            **({"role": role} if role else {}),
+                            **({"fault": entry["fault"]} if entry is not None and entry.get("fault") is not None
+                               else {}))
 
     # --- verification ---------------------------------------------------------------------------------
     def _expect(self, link: str, kind: str, fault: int | None, params: dict) -> dict:
@@ -120,7 +122,7 @@ class NetworkFaults:
         return entry
 
     def _entry_of(self, link: str, kind: str, toxic_name: str | None) -> dict | None:
-        fault = _fault_index()
+        fault = fault_index()
         mine = [e for e in self.in_force.values() if e["link"] == link and e["kind"] == kind
                 and (kind == "cut" or e["toxic"] == toxic_name)]
         return next((e for e in mine if e["fault"] == fault), mine[0] if mine else None)

@@ -21,8 +21,12 @@ class ServiceFaults:
         ready."""
         import time
 
+        from chaos.network import fault_index
+
         how = "stop" if service in STOPPED_CLEANLY else "kill"
-        self.history.append("fault", action="restart_service", phase="start", service=service, how=how)
+        step = fault_index()
+        self.history.append("fault", action="restart_service", phase="start", service=service, how=how,
+                            **({"fault": step} if step is not None else {}))
         if how == "stop":
             self.stack.stop_service(service)
         else:

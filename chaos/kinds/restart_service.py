@@ -25,6 +25,9 @@ def draw(rng, pick) -> dict:
 
 
 def happened(step, history, final) -> tuple[bool, str]:
+    """This step's restart started (its start line names the step; an older history: any on the service)."""
     done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
             and e.get("service") == step.get("service")]
+    if any("fault" in e for e in done):
+        done = [e for e in done if e.get("fault") == step.get("index")]
     return bool(done), f"{ACTION} on {step.get('service')} {len(done)} times"

@@ -51,6 +51,12 @@ def draw(rng, pick) -> dict:
 
 
 def happened(step, history, final) -> tuple[bool, str]:
-    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
-            and e.get("service") == step.get("service")]
-    return bool(done), f"{ACTION} on {step.get('service')} {len(done)} times"
+    """This step's toxic started. Its start line names the step (``fault``); a history recorded before it did is
+    judged by the service alone, as it was then (another step's toxic on the same service then counts too)."""
+    starts = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
+              and e.get("service") == step.get("service")]
+    if any("fault" in e for e in starts):
+        done = [e for e in starts if e.get("fault") == step.get("index")]
+        return bool(done), (f"{ACTION} on {step.get('service')} {len(done)} times" if done else
+                            f"{ACTION} on {step.get('service')} never started by this step (its trigger never came)")
+    return bool(starts), f"{ACTION} on {step.get('service')} {len(starts)} times"

@@ -215,3 +215,21 @@ def test_only_the_broker_seam_imports_a_broker_client():
     offenders = [str(f.relative_to(root)) for d in ("harness", "chaos", "load") for f in (root / d).rglob("*.py")
                  if "broker" not in f.relative_to(root).parts[:2] and client.search(f.read_text())]
     assert offenders == [], offenders
+
+
+@pytest.mark.parametrize("action", ["toxic", "restart_service"])
+def test_a_step_whose_trigger_never_came_did_not_happen_though_another_on_its_service_did(action):
+    """database-outages-past-lease, under load: the first cut's trigger never came, the second cut ran, and
+    fault_coverage said "all 3 scheduled faults happened" — each start line now names its step."""
+    from harness.history import History
+
+    lines = [{"seq": 1, "t": 1.0, "type": "fault", "action": action, "phase": "start", "service": "postgres",
+              "fault": 2},
+             {"seq": 2, "t": 2.0, "type": "note", "fault": 1, "message": "trigger 'processing' never came"}]
+    kind = fault_kinds.REGISTRY[action]
+    done, why = kind.happened({"action": action, "service": "postgres", "index": 1}, History(lines), {})
+    assert not done, why
+    assert kind.happened({"action": action, "service": "postgres", "index": 2}, History(lines), {})[0]
+    # A history recorded before the lines named their step is judged as it was.
+    old = [{k: v for k, v in line.items() if k != "fault"} for line in lines[:1]]
+    assert kind.happened({"action": action, "service": "postgres", "index": 1}, History(old), {})[0]
