@@ -18,13 +18,8 @@ lint: bootstrap
 	.venv/bin/ruff check .
 	.venv/bin/mypy  # the strictly typed modules: files in [tool.mypy] of pyproject.toml
 
-# Two workers (pytest-xdist): the suite's grades in turn on one, every other test of the real stack in order on the
-# other, each on a stack of its own; the unit tests fill in (the split: tests/conftest.py). PYTEST_WORKERS=0 runs
-# everything in one process.
-PYTEST_WORKERS ?= 2
-
 test: lint
-	.venv/bin/pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	.venv/bin/pytest $(PYTEST_ARGS)
 
 stack-up: bootstrap
 	.venv/bin/harness stack up

@@ -20,6 +20,7 @@ import httpx
 
 from . import http_clients, isolation, tenants_ahead
 from .stack.ports import listener_port
+from .stack.process import run_group
 
 
 def free_port() -> int:
@@ -70,8 +71,7 @@ def run_setup_command(adapter, env: dict, log_path: Path) -> tuple[int, float]:
             returncode, _ = isolation.run_contained(argv, env, f"setup-{log_path.stem}", timeout, stdout=log,
                                                     stderr=subprocess.STDOUT)
         else:
-            returncode = subprocess.run(argv, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout,
-                                        start_new_session=True).returncode
+            returncode = run_group(argv, env, log, timeout)
     return returncode, time.monotonic() - began
 
 

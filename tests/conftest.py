@@ -53,49 +53,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="run soak/load/benchmark tests at full size instead of the short CI size")
 
 
-UNIT_TESTS = "tests/unit/"
-# The suite's grades (a whole catalogue of scenario runs, three side by side, busy on both cores): one work unit of
-# their own, run one after another by the second worker on a stack of its own, while the first runs the rest (mostly
-# waiting on the services) — two grades side by side on two cores only slow each other down.
-GRADES = tuple(f"tests/integration/harness/test_harness_{name}.py" for name in (
-    "grade_reference", "broken_variants", "explore_shrink", "grade_ts_example", "grade_go_example"))
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`make test` runs two pytest-xdist workers. The tests outside tests/unit make two work units, each run by one
-    worker in collection order on one stack, as a run without xdist would: the suite's grades, and every other test
-    of the real stack (the benchmarks last); the unit tests (no services) are spread over both by module.
-
-    The split is by node id in the scheduler itself: xdist's own `xdist_group` marks are silently ignored with the
-    structured node ids of pytest 9.2 (pytest-xdist issue 1386).
-    """
-    return stack_apart_scheduling()(config, log)
-
-
-def stack_apart_scheduling() -> type:
-    from xdist.scheduler import LoadScopeScheduling  # only when xdist runs the session
-
-    class StackApart(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return work_unit(nodeid) or super()._split_scope(nodeid)
-
-    return StackApart
-
-
-def work_unit(nodeid: str) -> str | None:
-    """The work unit of a test outside tests/unit; None for a unit test (xdist's own split: its module)."""
-    if nodeid.startswith(UNIT_TESTS):
-        return None
-    return "the grades" if nodeid.startswith(GRADES) else "the stack"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The benchmarks run last: their ratios are taken in one run, and with xdist the unit tests beside them at the
-    # start would be noise in both sides of a ratio but not in the same measure.
-    items.sort(key=lambda item: item.nodeid.startswith("tests/benchmarks/"))
-
-
 @pytest.fixture(scope="session")
 def full_size(request: pytest.FixtureRequest) -> bool:
     return bool(request.config.getoption("--full") or os.environ.get("FULL_SIZE") == "1")

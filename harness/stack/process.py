@@ -83,6 +83,23 @@ class ServiceProcess:
             return ""
 
 
+def run_group(argv: list[str], env: dict[str, str] | None, stdout, timeout: float) -> int:
+    """``subprocess.run`` of a command in a process group of its own that dies with this process (the keeper), and
+    whose every member is killed at the end or at ``timeout`` (then ``subprocess.TimeoutExpired``, as run raises)."""
+    popen = subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+    keeper.register(popen.pid)
+    try:
+        return popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        signal_group(popen.pid, signal.SIGKILL)
+        popen.wait()
+        raise
+    finally:
+        if wait_group_gone(popen.pid):  # what it left running in its group goes too
+            keeper.release(popen.pid)
+
+
 def signal_group(pgid: int, sig: int) -> None:
     """Send `sig` to a whole process group we started; a group that is already gone is not an error."""
     try:

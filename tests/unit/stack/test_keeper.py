@@ -11,8 +11,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.stack import keeper
-from harness.stack.process import group_members
+from harness.stack.process import group_members, run_group
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -104,3 +106,30 @@ def test_a_killed_graders_roles_go_with_it(tmp_path):
     proc.kill()
     proc.wait()
     assert wait_for(lambda: group_members(pgid) == []), "the role outlived its killed grader"
+
+
+def test_a_setup_command_dies_with_a_killed_grader(tmp_path):
+    """The adapter's [setup] command (run_group): a grader killed while it runs leaves nothing of it running."""
+    script = textwrap.dedent(f"""
+        import sys
+        from harness.stack.process import run_group
+        with open({str(tmp_path / "setup.log")!r}, "wb") as log:
+            run_group(["sh", "-c", "echo $$; sleep 300 & wait"], None, log, timeout=300)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    log = tmp_path / "setup.log"
+    assert wait_for(lambda: log.exists() and log.read_text().strip().isdigit())
+    pgid = int(log.read_text())
+    assert wait_for(lambda: len(group_members(pgid)) == 2)
+    proc.kill()
+    proc.wait()
+    assert wait_for(lambda: group_members(pgid) == []), "the setup command outlived its killed grader"
+
+
+def test_run_group_times_out_like_subprocess_run_and_leaves_nothing(tmp_path):
+    with open(tmp_path / "log", "wb") as log, pytest.raises(subprocess.TimeoutExpired):
+        run_group(["sh", "-c", "echo $$; sleep 300 & wait"], None, log, timeout=0.5)
+    pgid = int((tmp_path / "log").read_text())
+    assert group_members(pgid) == []
+    with open(tmp_path / "log2", "wb") as log:
+        assert run_group(["sh", "-c", "exit 3"], None, log, timeout=10) == 3
