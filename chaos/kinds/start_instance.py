@@ -7,14 +7,15 @@ from __future__ import annotations
 from . import first_delay
 
 ACTION = "start_instance"
-RECORDS = "role lines of the new instance (supervisor); nothing else"
+RECORDS = "fault action=start_instance phase=done (role: the new instance's name), and its role lines (supervisor)"
 WEIGHT = 1
 
 
 def run(ctx, step) -> None:
     if not ctx.wait_trigger(step, first_delay(step)):
         return
-    ctx.start_extra_instance(ctx.role(step), **({"link": step["link"]} if step.get("link") else {}))
+    name = ctx.start_extra_instance(ctx.role(step), **({"link": step["link"]} if step.get("link") else {}))
+    ctx.history.append("fault", action=ACTION, phase="done", role=name, fault=step["index"])  # no end: not a fault in force
 
 
 def allowed(adapter, level: int) -> str | None:
@@ -28,4 +29,14 @@ def draw(rng, pick) -> dict | None:
 
 
 def happened(step, history, final) -> tuple[bool, str]:
+    """This step started its instance. A step whose trigger never came (or that failed) started none; a history
+    recorded before the kind wrote its own line is taken at its word otherwise, as it was then."""
+    mine = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "done"
+            and e.get("fault") == step.get("index")]
+    if mine:
+        return True, f"instance {mine[0].get('role')} started"
+    missed = [e for e in history.of_type("note") if e.get("fault") == step.get("index")
+              and ("never came" in str(e.get("message")) or e.get("message") == "fault step failed")]
+    if missed:
+        return False, f"no instance started by this step: {missed[0].get('message')}"
     return True, "instance started"

@@ -233,3 +233,15 @@ def test_a_step_whose_trigger_never_came_did_not_happen_though_another_on_its_se
     # A history recorded before the lines named their step is judged as it was.
     old = [{k: v for k, v in line.items() if k != "fault"} for line in lines[:1]]
     assert kind.happened({"action": action, "service": "postgres", "index": 1}, History(old), {})[0]
+
+
+def test_start_instance_happened_only_when_its_step_started_one():
+    from harness.history import History
+
+    kind = fault_kinds.REGISTRY["start_instance"]
+    started = [{"seq": 1, "t": 1.0, "type": "fault", "action": "start_instance", "phase": "done", "role": "worker#2",
+                "fault": 3}]
+    missed = [{"seq": 1, "t": 1.0, "type": "note", "fault": 3, "message": "trigger 'processing' never came"}]
+    assert kind.happened({"action": "start_instance", "index": 3}, History(started), {})[0]
+    done, why = kind.happened({"action": "start_instance", "index": 3}, History(missed), {})
+    assert not done and "never came" in why
