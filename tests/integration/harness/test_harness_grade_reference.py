@@ -18,6 +18,7 @@ from harness.timing import table_lines
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.timeout(1200)  # the hang guard below says more than the suite's 600 s would
 def test_reference_grades_valid_at_level_5_with_every_checklist_row(stack, tmp_path):
     began = time.monotonic()
     results, grade_dir = grade(adapter.load("reference"), 5, seed=20261129, stack=stack, reports_dir=tmp_path,
@@ -34,8 +35,9 @@ def test_reference_grades_valid_at_level_5_with_every_checklist_row(stack, tmp_p
     assert {"setup", "tenant", "setup_command", "start_roles", "role_healthy", "drain", "settle", "final_read",
             "stop", "role_stop", "check"} <= parts, parts
     # A hang guard, not a benchmark (speed is measured by the printed phases, on noisy machines): the goal of five
-    # minutes on this machine kind is reported above, and a grade this far past it means something is stuck.
-    assert took < 480
+    # minutes on this machine kind is reported above, and a grade this far past it means something is stuck. It
+    # took 352 s in one rehearsal and 481.5 s in another, alone on the machine with both cores 91 % busy.
+    assert took < 900
     names = {s["name"] for s in results["scenarios"]}
     assert {"window-s3-commit-failpoint", "window-commit-publish-failpoint", "worker-paused-past-lease",
             "pipeline-rollout", "pipeline-late-duplicate", "pipeline-rollback"} <= names
