@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
+from chaos.network import fault_index
+
 
 # Services restarted cleanly rather than killed. RabbitMQ 3.10 (Debian's) loses a young quorum queue's Ra server
 # when the node is SIGKILLed: the queue still exists after the restart but every consume and get times out (seen
@@ -19,10 +23,6 @@ class ServiceFaults:
     def restart(self, service: str, down_seconds: float = 0.0, sleep=None) -> float:
         """Kill (or cleanly stop) the service, keep it down ``down_seconds``, start it again; returns seconds until
         ready."""
-        import time
-
-        from chaos.network import fault_index
-
         how = "stop" if service in STOPPED_CLEANLY else "kill"
         step = fault_index()
         self.history.append("fault", action="restart_service", phase="start", service=service, how=how,

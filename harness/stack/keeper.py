@@ -29,7 +29,7 @@ from pathlib import Path
 
 _lock = threading.Lock()
 _pipe: int | None = None  # the write end; the keeper holds the read end as its stdin
-_keeper: subprocess.Popen | None = None
+_keeper: subprocess.Popen | None = None  # kept referenced: a collected Popen of a live child warns
 
 
 def start_time(pid: int) -> str | None:
