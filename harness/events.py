@@ -388,6 +388,9 @@ class FaultEvent(Line, total=False):
     probe_code: str
     probe_status: int
     probes: list[Any]
+    refused_until_wall: float
+    lapsed_wall: float
+    reapplied_wall: float
 
 
 class RoleEvent(Line, total=False):

@@ -51,6 +51,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--full", action="store_true",
                      help="run soak/load/benchmark tests at full size instead of the short CI size")
+    parser.addoption("--long", action="store_true",
+                     help="also run the long runs (marker `long`) that `make test` leaves to `make test-long`")
+
+
+LONG_SKIP = ("a long run, left out of `make test` (CI) to keep it within 45 minutes: `make test-long` runs it; "
+             "its last result is in docs/TRACK-RECORD.md (Long runs)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave the long runs out unless asked for: by ``--long``, by a ``-m`` naming them, or by node id (one long
+    test named on the command line runs, as a person reproducing it expects)."""
+    if config.getoption("--long") or "long" in (config.getoption("-m") or ""):
+        return
+    named = {(Path(arg.split("::", 1)[0]).resolve(), arg.split("::")[-1].split("[", 1)[0])
+             for arg in config.args if "::" in arg}
+    for item in items:
+        if item.get_closest_marker("long") is None:
+            continue
+        if (Path(item.path).resolve(), getattr(item, "originalname", item.name)) in named:
+            continue
+        item.add_marker(pytest.mark.skip(reason=LONG_SKIP))
 
 
 @pytest.fixture(scope="session")

@@ -11,17 +11,26 @@ key must answer 403 three times in a row (``fault`` line ``phase=start`` with ``
 having happened. Without ``duration`` the refusal holds through the drain and the final read (a
 job that is retried forever never ends); the full policy is given back at the end of the step, or never when the
 run ends first (each run's key and bucket are its own).
+
+A proven refusal can still lapse: SeaweedFS's identity configuration is saved whole, and a write of it racing ours
+(another run's tenant made meanwhile) gave a denied key its writes back 3 s after three probes had answered 403 (the
+reference's L5 grade in a CI rehearsal: all four jobs ready, met by none). So while the refusal is meant to hold, a
+guard keeps probing and sets it again at once after a PUT that went through, recording the lapse (``fault``
+``phase=lapsed``: the last refused probe before it and when it was set again): the checks judge a job that ended
+``ready`` meanwhile by it, never as having met the refusal.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 
 from . import first_delay
 
 ACTION = "s3_deny"
-RECORDS = ("fault action=s3_deny phase=start (bucket, denied, probe_status, probe_code, probes, applied_wall) "
-           "and phase=end (restored)")
+RECORDS = ("fault action=s3_deny phase=start (bucket, denied, probe_status, probe_code, probes, applied_wall), "
+           "phase=lapsed (refused_until_wall, lapsed_wall, reapplied_wall) and phase=end (restored)")
 PROBE_KEY = "harness-probe/s3-deny"
 
 
@@ -38,11 +47,17 @@ def set_writes(store, bucket: str, writes: bool) -> None:
     store.set_tenant_writes(bucket, writes)
 
 
-def probe(store, bucket: str, access_key: str, secret_key: str) -> tuple[int | None, str]:
-    """A PUT with the run's own key: (HTTP status, error code) — 200 when the write went through."""
+@functools.lru_cache(maxsize=16)
+def probe_client(endpoint_url: str, access_key: str, secret_key: str):
+    """One client per run key (the guard probes four times a second; a boto3 client costs tens of ms to make)."""
     from harness.stack.seaweedfs import s3_client
 
-    client = s3_client(store.endpoint_url(), access_key, secret_key, timeout=5)
+    return s3_client(endpoint_url, access_key, secret_key, timeout=5)
+
+
+def probe(store, bucket: str, access_key: str, secret_key: str) -> tuple[int | None, str]:
+    """A PUT with the run's own key: (HTTP status, error code) — 200 when the write went through."""
+    client = probe_client(store.endpoint_url(), access_key, secret_key)
     try:
         client.put_object(Bucket=bucket, Key=PROBE_KEY, Body=b"probe")
     except Exception as exc:  # noqa: BLE001 - the answer is the evidence
@@ -60,6 +75,8 @@ def probe(store, bucket: str, access_key: str, secret_key: str) -> tuple[int | N
 # write of the identity configuration racing ours can give the key its writes back after it (a lost update).
 STABLE_PROBES = 3
 PROBE_SPACING_SECONDS = 0.3
+# How often the guard probes a refusal in force: a lapse lets writes through for about this long.
+GUARD_SPACING_SECONDS = 0.25
 
 
 def prove_refusal(ctx, store, bucket: str, access_key, secret_key, deadline: float) -> tuple[int | None, str, list,
@@ -128,10 +145,31 @@ def run(ctx, step) -> None:
     ctx.log(f"S3 writes refused in {bucket} (probe: {status} {code})")
     step["_denied"] = bucket
     duration = step.get("duration")
-    if duration is None:
-        return  # held to the end of the run
-    ctx.stopping.wait(float(duration))
+    if duration is None:  # held to the end of the run: guarded until the run stops, this step's thread is done
+        threading.Thread(target=guard, args=(ctx, step, store, bucket, access_key, secret_key, None), daemon=True,
+                         name=f"s3-deny-guard-{step['index']}").start()
+        return
+    guard(ctx, step, store, bucket, access_key, secret_key, time.monotonic() + float(duration))
     restore(ctx, step)
+
+
+def guard(ctx, step, store, bucket: str, access_key, secret_key, until: float | None) -> None:
+    """Keep the refusal in force until ``until`` (monotonic) or the run stops: probe every GUARD_SPACING_SECONDS and,
+    after a PUT that went through, set the refusal again and record the lapse."""
+    refused_until = time.time()
+    while not ctx.stopping.wait(GUARD_SPACING_SECONDS):
+        if until is not None and time.monotonic() >= until:
+            return
+        asked = time.time()
+        status, code = probe(store, bucket, access_key, secret_key)
+        if status == 403:
+            refused_until = asked
+        elif status == 200 and not ctx.stopping.is_set():
+            set_writes(store, bucket, writes=False)
+            ctx.history.append("fault", action=ACTION, phase="lapsed", fault=step["index"], service="s3",
+                               bucket=bucket, refused_until_wall=refused_until, lapsed_wall=asked,
+                               reapplied_wall=time.time())
+            ctx.log(f"S3 refusal in {bucket} lapsed (a PUT went through): set again")
 
 
 def restore(ctx, step) -> None:

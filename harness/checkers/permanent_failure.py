@@ -11,7 +11,8 @@ budget is spent), the job must end ``failed`` with an ``error_code``, within ``m
   (the last is also ``bounded_retries``'s);
 * valid — every job that met the refusal ended ``failed`` with an ``error_code`` within the budget (evidence: the
   attempts spent and how long after the refusal it failed); a job ``ready`` after the refusal is reported, not
-  judged (its effects may have been written before it: ``duplicate_effects`` checks they exist);
+  judged (its effects may have been written before it, or while the refusal lapsed — the harness's guard saw a PUT
+  go through and set it again: ``duplicate_effects`` checks they exist);
 * unknown (where a scenario relies on it) — the refusal was not proven (the harness's PUT did not answer 403), the
   final state was not read, or no job was left to meet it.
 """
@@ -33,6 +34,12 @@ def refusals(history: History) -> list[dict[str, Any]]:
     """The ``s3_deny`` start lines whose refusal the harness proved (its own PUT answered 403)."""
     return [e for e in history.of_type("fault") if e.get("action") == DENY_ACTION and e.get("phase") == "start"
             and e.get("probe_status") == 403]
+
+
+def lapses(history: History) -> list[dict[str, Any]]:
+    """The ``s3_deny`` lapse lines: the harness's own PUT went through while the refusal was meant to hold (the
+    store's identity configuration lost the change), and the refusal was set again at once."""
+    return [e for e in history.of_type("fault") if e.get("action") == DENY_ACTION and e.get("phase") == "lapsed"]
 
 
 def refused_from(start: dict[str, Any]) -> float:
@@ -93,7 +100,13 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
                                      "write from the refusal on, and the job was neither failed nor given up — "
                                      "retried or held as if the store were down", **base))
         elif state == "ready":
-            notes.append(f"{attachment_id}: ready (its effects written before the refusal)")
+            ready_at = next((t["at"] for t in reversed(trans) if t["to"] == "ready" and t["at"] is not None), None)
+            lapse = next((e for e in lapses(history) if ready_at is None
+                          or float(e.get("refused_until_wall") or 0) <= ready_at), None)
+            notes.append(f"{attachment_id}: ready (the store took writes while the refusal lapsed, after "
+                         f"{float(lapse.get('refused_until_wall') or 0) - refused_from(start):.1f}s; set again "
+                         f"{float(lapse.get('reapplied_wall') or 0) - refused_from(start):.1f}s after it began)"
+                         if lapse is not None else f"{attachment_id}: ready (its effects written before the refusal)")
         elif not code:
             problems.append(evidence("failed without an error_code", **base))
         elif isinstance(attempt, int) and max_attempts is not None and attempt > max_attempts:

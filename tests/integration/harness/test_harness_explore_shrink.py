@@ -21,6 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.soak]
 SEED = 13
 
 
+# A long run (make test-long): explore's budget is minutes by design.
+@pytest.mark.long
 def test_explore_finds_shrinks_and_replays_a_failure(stack, tmp_path):
     sut = adapter.load(REPO_ROOT / "tests" / "broken" / "no_outbox")
     lines: list[str] = []

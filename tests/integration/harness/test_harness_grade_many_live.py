@@ -115,6 +115,8 @@ def test_a_submission_past_its_time_limit_is_stopped_and_leaves_no_process(stack
     assert grade_many.exit_code(rows) == 2
 
 
+# A long run (make test-long): a class in two shards; CI keeps the one-process class above.
+@pytest.mark.long
 def test_a_class_sharded_in_two_processes_and_merged_into_one_table(tmp_path):
     """Two shards as a CI matrix would run them (separate processes, at once, each its own stack), then merge:
     one class table with every submission, its checklist rows, and a feedback page naming the failing scenario."""

@@ -65,6 +65,8 @@ def test_ts_example_seeded_bug_is_graded_invalid_by_ack_after_commit(stack, tmp_
     assert verdict["seed"] == seed and any(e.get("job_id") or e.get("attachment_id") for e in verdict["evidence"])
 
 
+# A long run (make test-long): a full level-4 grade of the third implementation, 5-6 minutes on a 2-core machine.
+@pytest.mark.long
 def test_ts_example_grades_valid_at_level_4_with_every_row_proven(stack, tmp_path):
     """The whole level-4 grade (about 250 s on a 2-core machine): every scenario valid, every one of the seeds'
     24 verification items passed — through the vocabulary mapping alone."""

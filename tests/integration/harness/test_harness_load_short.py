@@ -17,6 +17,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.benchmark]
 ENV = {"WORKER_BATCH_SIZE": "1"}
 
 
+# A long run (make test-long): a load curve; CI keeps the short upload load below.
+@pytest.mark.long
 def test_a_short_prefetch_curve_of_the_reference(stack, tmp_path):
     lines: list[str] = []
     result = prefetch_curve.run(stack, adapter.load("reference"), [1, 16], 200, 4242, tmp_path, lines.append,

@@ -17,6 +17,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.soak]
 SEED = 7
 
 
+# A long run (make test-long): a soak; CI keeps test_harness_soak_short.py.
+@pytest.mark.long
 def test_a_300_upload_long_soak_of_the_reference(stack, tmp_path, capsys):
     sut = adapter.load("reference")  # claims level 5; the soak runs the level-4 kinds (versions: pipeline-* scenarios)
     lines: list[str] = []

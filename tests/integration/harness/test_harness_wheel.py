@@ -71,6 +71,8 @@ def clean_env(work: Path) -> dict:
     return env
 
 
+# A long run (make test-long): builds and installs the wheel into a fresh venv, then grades.
+@pytest.mark.long
 def test_the_wheel_installs_and_grades_from_outside_the_checkout():
     binary = GO_ADAPTER.parent / "bin" / "gopipe"
     assert binary.is_file(), f"{binary} is missing: scripts/bootstrap.sh builds it with `go build`"

@@ -143,12 +143,14 @@ def test_the_kind_refuses_writes_of_the_runs_own_key_once_the_workload_ended_and
                           supervisor=SimpleNamespace(instances={"worker": instance}), history=Recorder(),
                           log=lambda message: None)
     step = {"action": "s3_deny", "index": 3}
-    s3_deny.run(ctx, step)  # no duration: held to the end of the run, never given back here
+    s3_deny.run(ctx, step)  # no duration: held to the end of the run (guarded), never given back here
+    ctx.stopping.set()  # the run's end stops the guard
     assert calls == [("run-b", False)]
     start = ctx.history.lines[-1]
     assert (start["action"], start["phase"], start["bucket"], start["probe_status"]) == ("s3_deny", "start", "run-b", 403)
     assert s3_deny.happened(step, History(tuple(ctx.history.lines)), {})[0]
     step = {"action": "s3_deny", "index": 4, "duration": 0}
+    ctx.stopping.clear()
     s3_deny.run(ctx, step)  # with a duration: the full policy is given back, and the end recorded
     assert calls[-1] == ("run-b", True) and ctx.history.lines[-1]["phase"] == "end"
 
@@ -222,3 +224,48 @@ def test_iam_writes_of_one_store_take_turns(tmp_path):
     for t in threads:
         t.join()
     assert order == ["a in", "a out", "b in", "b out"]
+
+
+def test_a_refusal_that_lapses_is_set_again_and_the_lapse_recorded(monkeypatch):
+    # The store's identity configuration lost the refusal 3 s after it was proven (the reference's L5 grade in a CI
+    # rehearsal): the guard finds the PUT that went through, sets the refusal again, and says when.
+    import threading
+    from types import SimpleNamespace
+
+    answers = iter([(403, "AccessDenied"), (200, ""), (403, "AccessDenied")])
+    calls, lines = [], []
+    stopping = threading.Event()
+
+    def probe(*args):
+        answer = next(answers, None)
+        if answer is None:
+            stopping.set()
+            return 403, "AccessDenied"
+        return answer
+
+    monkeypatch.setattr(s3_deny, "GUARD_SPACING_SECONDS", 0)
+    monkeypatch.setattr(s3_deny, "probe", probe)
+    monkeypatch.setattr(s3_deny, "set_writes", lambda store, bucket, writes: calls.append(writes))
+    ctx = SimpleNamespace(stopping=stopping, log=lambda message: None,
+                          history=SimpleNamespace(append=lambda type_, **fields: lines.append({"type": type_, **fields})))
+    s3_deny.guard(ctx, {"index": 2}, None, "b", "k", "s", until=None)
+    assert calls == [False]
+    [lapse] = lines
+    assert (lapse["action"], lapse["phase"], lapse["fault"]) == ("s3_deny", "lapsed", 2)
+    assert lapse["refused_until_wall"] <= lapse["lapsed_wall"] <= lapse["reapplied_wall"]
+
+
+def test_a_job_ready_after_a_lapse_is_told_by_the_lapse_not_judged():
+    from harness_histories import T0
+
+    b = denied()
+    b.add(2.0, "fault", action="s3_deny", phase="lapsed", fault=1, service="s3", bucket="run-bucket",
+          refused_until_wall=T0 + 2.0, lapsed_wall=T0 + 2.3, reapplied_wall=T0 + 2.4)
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (2.1, "queued", "processing", 1, "worker"),
+                        (2.5, "processing", "ready", 1, "worker")])
+    verdict = check(b)
+    assert verdict.status == UNKNOWN and "while the refusal lapsed" in verdict.summary, verdict.summary
+    b = denied()  # no lapse recorded: the job's effects predate the refusal
+    b.transitions(ATT, [(0.2, None, "queued", 1, "api"), (0.9, "queued", "processing", 1, "worker"),
+                        (2.5, "processing", "ready", 1, "worker")])
+    assert "written before the refusal" in check(b).summary
