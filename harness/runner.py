@@ -489,5 +489,5 @@ class ScenarioRun:
             try:
                 self.stack.close_tenant(self.tenant)
             except Exception as exc:
-                self.history.append("note", message="removing the run's proxies failed", error=repr(exc))
+                self.history.append("note", message="closing the run's tenant (its proxies, its S3 key) failed", error=repr(exc))
         timing.add(self, "teardown", time.monotonic() - teardown_began)

@@ -8,6 +8,8 @@ other tenants' databases and buckets through its own proxy (tests/cheats/other_t
 from __future__ import annotations
 
 import asyncio
+import re
+import time
 import uuid
 
 import aio_pika
@@ -112,3 +114,26 @@ def test_a_tenants_credentials_reach_its_own_services_only(stack):
     direct = a.env(proxied=False)
     assert direct["S3_ACCESS_KEY"] != env_a["S3_ACCESS_KEY"]
     assert _s3(direct).list_objects_v2(Bucket=b.bucket)["KeyCount"] == 1
+
+
+def test_a_closed_tenants_key_is_removed_and_its_bucket_kept(stack):
+    """close_tenant removes the tenant's S3 key, policy and user (each key left in the store slows every later IAM
+    write: harness/stack/seaweedfs.py), keeps its bucket for a post-mortem, and may be called twice."""
+    tenant = stack.new_tenant(f"closed-{uuid.uuid4().hex[:8]}")
+    env = tenant.env(proxied=False) | {k: v for k, v in tenant.env().items() if k.startswith("S3_") and "KEY" in k}
+    _s3(env).put_object(Bucket=tenant.bucket, Key="kept", Body=b"x")
+    stack.close_tenant(tenant)
+    # The store applies its identity configuration a moment after the write (seconds on a loaded machine).
+    refused, deadline = None, time.monotonic() + 30
+    while refused is None and time.monotonic() < deadline:
+        try:
+            _s3(env).put_object(Bucket=tenant.bucket, Key="after", Body=b"y")
+            time.sleep(0.3)
+        except Exception as exc:
+            refused = exc
+    assert refused is not None and re.search("InvalidAccessKeyId|AccessDenied|Forbidden|403", str(refused)), refused
+    users = {u["UserName"] for u in stack.s3.iam().list_users()["Users"]}
+    assert tenant.bucket not in users
+    direct = _s3(tenant.env(proxied=False))
+    assert direct.get_object(Bucket=tenant.bucket, Key="kept")["Body"].read() == b"x"
+    stack.close_tenant(tenant)  # twice: nothing left to remove, no error

@@ -166,6 +166,9 @@ class _S3:
     def create_credentials(self, bucket: str) -> tuple[str, str]:
         return f"key-{bucket}", f"secret-{bucket}"
 
+    def remove_credentials(self, bucket: str) -> None:
+        pass
+
 
 class _Toxi:
     def __init__(self) -> None:
