@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import multiprocessing
+import signal
 import warnings
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -62,7 +63,20 @@ class ImageRejected(Exception):
         return f"{self.code}: {self.detail}" if self.detail else self.code
 
 
+def outlive_the_roles_stop_signal() -> None:
+    """In a child process the role owns (a render or decode process): ignore SIGTERM and SIGINT.
+
+    A role is stopped by SIGTERM to its whole process group (CONTRACT §2; systemd's default ``KillMode`` and a
+    terminal's Ctrl-C do the same). A child killed by it breaks the render it is running while the role is still
+    finishing its work in its shutdown grace: the job meets BrokenProcessPool and is charged an attempt (a rolling
+    deploy of the reference, ``graceful_stop`` invalid in a CI rehearsal). The parent ends its children itself
+    (``kill_pool``), and a child of a parent that died exits when its task pipe closes."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _init_pool_process(max_pixels: int) -> None:
+    outlive_the_roles_stop_signal()
     Image.MAX_IMAGE_PIXELS = max_pixels
     # A decompression-bomb warning is an error here (CONTRACT §3).
     warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from PIL import Image
 
-from reference.imaging import kill_pool
+from reference.imaging import kill_pool, outlive_the_roles_stop_signal
 from reference.inspection import UploadRejected, _ends_properly, inspect_image
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def _read_all(spool: IO[bytes]) -> bytes:
 
 
 def _init_process(max_pixels: int) -> None:
+    outlive_the_roles_stop_signal()  # an upload decoding at the API's SIGTERM is answered, not broken
     Image.MAX_IMAGE_PIXELS = max_pixels
     warnings.simplefilter("error", Image.DecompressionBombWarning)
 

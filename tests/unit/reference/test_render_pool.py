@@ -126,3 +126,28 @@ def test_a_replacement_whose_start_hangs_is_given_up_and_replaced():
             pool.shutdown()
 
     asyncio.run(scenario())
+
+
+def test_a_render_in_flight_outlives_the_sigterm_sent_to_the_roles_process_group():
+    # The harness, like systemd, stops a role with SIGTERM to its whole process group: the render process must not
+    # die of it while the worker finishes its work (a rolling deploy's job met BrokenProcessPool and was charged an
+    # attempt, graceful_stop invalid). Here the signal goes to the render processes alone, by their pids.
+    import os
+    import signal
+
+    async def scenario():
+        pool = RenderPool(1, imaging.Limits(), timeout_seconds=30)
+        pool.warm_up()
+        try:
+            pids = [pid for executor in pool.executors for pid in (executor._processes or {})]
+            assert pids
+            slow = asyncio.ensure_future(_outcome(pool, _png(3000, 2)))
+            await asyncio.sleep(0.2)  # the render has started
+            for pid in pids:
+                os.kill(pid, signal.SIGTERM)
+            assert await slow == "ok"
+            assert [pid for executor in pool.executors for pid in (executor._processes or {})] == pids
+        finally:
+            pool.shutdown()
+
+    asyncio.run(scenario())
