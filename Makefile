@@ -21,7 +21,7 @@ lint: bootstrap
 test: lint
 	.venv/bin/pytest $(PYTEST_ARGS)
 
-# The long runs (marker `long`): full grades of the examples, explore, soak, a sharded class, a load curve, the wheel.
+# The long runs (marker `long`): the TypeScript example's grade, explore, soak, a sharded class, a load curve, the wheel.
 test-long: bootstrap
 	.venv/bin/pytest --long -m long $(PYTEST_ARGS)
 

@@ -21,9 +21,6 @@ pytestmark = pytest.mark.integration
 GO_EXAMPLE = REPO_ROOT / "examples" / "go-pipeline"
 
 
-# A long run (make test-long): a full level-4 grade, about 3 minutes; CI grades the Go example on one scenario
-# in test_harness_grade_many_live.py.
-@pytest.mark.long
 def test_go_example_grades_valid_at_level_4(stack, tmp_path):
     binary = GO_EXAMPLE / "bin" / "gopipe"
     assert binary.is_file(), f"{binary} is missing: scripts/bootstrap.sh builds it with `go build`"
