@@ -10,7 +10,7 @@ import fcntl
 import json
 import os
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -177,18 +177,12 @@ class SeaweedFS:
             except missing:
                 return
             for key in keys:
-                try:
+                with suppress(missing):
                     iam.delete_access_key(UserName=bucket, AccessKeyId=key["AccessKeyId"])
-                except missing:
-                    pass
-            try:
+            with suppress(missing):
                 iam.delete_user_policy(UserName=bucket, PolicyName=TENANT_POLICY)
-            except missing:
-                pass
-            try:
+            with suppress(missing):
                 iam.delete_user(UserName=bucket)
-            except missing:
-                pass
 
     def set_tenant_writes(self, bucket: str, writes: bool) -> None:
         """Give a tenant's key its writes in its bucket, or take them (reads, listings and deletes stay)."""
