@@ -130,6 +130,10 @@ TransitionEvent = TypedDict("TransitionEvent", {  # the functional form: ``from`
     "reason": Required[str | None],
     "at_server": Required[str],
     "pipeline_version": int,
+    # When the previous read of the attachment's events began (they did not show this one yet): the transition
+    # happened after it. ``wall`` is when the harness first saw it, so the transition lies between the two. Absent on
+    # the first read of an attachment.
+    "not_before_wall": float,
 }, total=False)
 TransitionEvent.__doc__ = "A state transition read from the implementation's GET /events."
 

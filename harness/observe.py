@@ -100,6 +100,9 @@ class ApiObserver(Poller):
         self.states: dict[str, str] = {}
         self.attempts: dict[str, object] = {}  # attachment -> the attempt its last read reported (sigstop until_claimed)
         self.seen_seq: dict[str, set] = {}
+        # attachment -> wall when its last events read began: an event that read did not show happened after it,
+        # the harness's own lower bound for when a transition happened (its ``wall`` is only an upper one).
+        self.events_read_began: dict[str, float] = {}
         self.first_seen: dict[str, dict[str, float]] = {}  # attachment -> state -> wall when first observed
         self.next_read: dict[str, float] = {}  # attachment -> monotonic time of its next read by tick()
         self.on_ready = None  # called (attachment_id, body) when an attachment is first seen ready (ReadySnapshot)
@@ -179,9 +182,12 @@ class ApiObserver(Poller):
         if isinstance(body.get("versions"), list):
             changed = self._record_versions(attachment_id, body) or changed
         if self.events:
+            began = time.time()
             events = self._read_events(attachment_id)
             if events is None:
                 return
+            not_before = self.events_read_began.get(attachment_id)
+            self.events_read_began[attachment_id] = began
             seen = self.seen_seq.setdefault(attachment_id, set())
             for event in events:
                 for key in ("from", "to"):
@@ -195,6 +201,7 @@ class ApiObserver(Poller):
                                     at_server=event.get("at"), attempt=event.get("attempt"),
                                     actor=event.get("actor"), reason=event.get("reason"),
                                     **{"from": event.get("from"), "to": event.get("to")},
+                                    **({"not_before_wall": not_before} if not_before is not None else {}),
                                     **({"pipeline_version": event["pipeline_version"]}
                                        if event.get("pipeline_version") is not None else {}))
                 self.first_seen.setdefault(attachment_id, {}).setdefault(event.get("to"), time.time())

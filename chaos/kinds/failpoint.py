@@ -137,12 +137,21 @@ def _paused(step, history) -> tuple[bool, str]:
 
 def _paused_before_commit(pause: float, history) -> tuple[bool, str]:
     """A pause between the last object write and the commit, as the harness saw it: a claim (``processing``) whose
-    job's own objects (keys naming its attachment id, seen by the object watch after the claim) were all written at
-    least 0.9 × the pause before the job left ``processing`` (harness wall times of both)."""
+    job's own objects (keys naming its attachment id, seen by the object watch during that claim) were all written
+    at least 0.9 × the pause before the job left ``processing`` (harness wall times of both).
+
+    "During that claim" runs from the earliest moment the harness knows the claim had not yet happened to when it saw
+    the job leave. The wall at which the API observer saw the claim is only an upper bound: a render is quicker than
+    a poll, so the object watch can see a claim's objects before the observer sees the claim. The lower bound is the
+    latest of the upload's start and, for every transition of the job up to the claim, the start of the last read
+    that did not show it yet (``not_before_wall``)."""
     objects = history.of_type("object")
     if not objects:
         return False, (f"failpoint pause({pause * 1000:g}) at after_s3_write_before_commit: no object watch in this "
                        "run, not observable")
+    uploaded = {o["complete"]["attachment_id"]: o["invoke"]["wall"] for o in history.operations().values()
+                if o["invoke"].get("f") == "upload" and o["complete"] is not None
+                and o["complete"].get("attachment_id") and "wall" in o["invoke"]}
     trans = sorted((e for e in history.of_type("transition") if e.get("attachment_id")),
                    key=lambda e: (e["wall"], e["seq"]))
     for index, claim in enumerate(trans):
@@ -153,7 +162,10 @@ def _paused_before_commit(pause: float, history) -> tuple[bool, str]:
                     None)
         if left is None:
             continue
-        own = [o for o in objects if aid in str(o.get("key")) and claim["wall"] <= o["wall"] <= left["wall"]]
+        bounds = [e["not_before_wall"] for e in trans[:index + 1] if e["attachment_id"] == aid
+                  and e.get("not_before_wall") is not None]
+        began = max(bounds + ([uploaded[aid]] if aid in uploaded else []), default=claim["wall"])
+        own = [o for o in objects if aid in str(o.get("key")) and began <= o["wall"] <= left["wall"]]
         last = max(own, key=lambda o: o["wall"], default=None)
         if last is not None and left["wall"] - last["wall"] >= 0.9 * pause:
             return True, (f"attachment {aid}: its last object ({last['key']}) seen at t={last['t']:.2f}s, "

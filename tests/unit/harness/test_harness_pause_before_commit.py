@@ -5,7 +5,7 @@ later. Hand-built histories."""
 from __future__ import annotations
 
 from chaos.kinds import failpoint
-from harness_histories import ATT, Builder
+from harness_histories import ATT, T0, Builder
 
 STEP = {"action": "failpoint", "window": "after_s3_write_before_commit", "spec": "pause(3000)", "index": 0}
 
@@ -49,3 +49,44 @@ def test_objects_not_naming_the_job_prove_nothing():
 def test_without_an_object_watch_the_pause_is_not_observable():
     ok, why = happened(paused_job(left_at=4.6, objects=False))
     assert not ok and "no object watch" in why
+
+
+def observed(b: Builder, at: float, frm, to, event_seq: int, not_before: float | None = None) -> None:
+    """A transition the API observer first saw at ``at``; ``not_before``: when its previous read (which did not show
+    this transition yet) began."""
+    b.add(at, "transition", attachment_id=ATT, event_seq=event_seq, **{"from": frm, "to": to}, attempt=1, actor="w",
+          at_server="x", **({"not_before_wall": T0 + not_before} if not_before is not None else {}))
+
+
+def test_objects_seen_before_the_observer_saw_the_claim_still_belong_to_it():
+    """A render is quicker than a poll: the object watch saw the variants (1.5-1.6) before the API observer's first
+    read showed the job queued and claimed (1.8). The claim began after the upload did, so they are its own."""
+    b = Builder()
+    b.upload(0.1)
+    b.add(0.5, "fault", action="failpoint", phase="arm", role="worker", window=STEP["window"], spec=STEP["spec"])
+    for i, v in enumerate(("thumbnail", "crop", "optimized")):
+        b.add(1.5 + i * 0.05, "object", key=f"variants/{ATT}/v1/{v}.webp", size=10, last_modified="x", etag=f"e{i}")
+    observed(b, 1.8, None, "queued", 1)
+    observed(b, 1.8, "queued", "processing", 2)
+    observed(b, 4.8, "processing", "ready", 3, not_before=4.5)
+    ok, why = happened(b)
+    assert ok, why
+    assert "optimized" in why
+
+
+def test_an_earlier_claims_objects_do_not_show_a_later_claims_pause():
+    """The first claim wrote its objects (1.5) and gave the job back at once (seen 2.2); the second claim wrote
+    nothing the watch could see and committed 3.5 s after it began. The job's transitions before the second claim
+    show it began after 2.0 (the read that did not show the give-back yet): the first claim's objects are not its."""
+    b = Builder()
+    b.upload(0.1)
+    b.add(0.5, "fault", action="failpoint", phase="arm", role="worker", window=STEP["window"], spec=STEP["spec"])
+    observed(b, 1.2, None, "queued", 1)
+    observed(b, 1.2, "queued", "processing", 2)
+    for i, v in enumerate(("thumbnail", "crop", "optimized")):
+        b.add(1.5 + i * 0.05, "object", key=f"variants/{ATT}/v1/{v}.webp", size=10, last_modified="x", etag=f"e{i}")
+    observed(b, 2.2, "processing", "queued", 3, not_before=2.0)
+    observed(b, 2.7, "queued", "processing", 4, not_before=2.2)
+    observed(b, 6.2, "processing", "ready", 5, not_before=6.0)
+    ok, why = happened(b)
+    assert not ok, why
