@@ -87,7 +87,7 @@ def happened(step, history, final) -> tuple[bool, str]:
     if "error" in spec:
         return _errored(step, history)
     if "crash" not in spec:
-        return _paused(step, history)
+        return _paused(step, history, final)
     hits = [e for e in history.of_type("fault") if e.get("action") == "crash" and e.get("phase") == "hit"
             and e.get("window") == window]
     if not hits:
@@ -115,7 +115,7 @@ def _errored(step, history) -> tuple[bool, str]:
                            "back (processing → queued) after it was armed")
 
 
-def _paused(step, history) -> tuple[bool, str]:
+def _paused(step, history, final) -> tuple[bool, str]:
     """A pause failpoint leaves no crash behind: in the upload path (after_staging_before_record) it shows as uploads
     that took at least the pause; between the writes and the commit (after_s3_write_before_commit, with the object
     watch on) as a job that left ``processing`` at least 0.9 × the pause after the last object of its own (a key
@@ -126,7 +126,7 @@ def _paused(step, history) -> tuple[bool, str]:
     armed = [e for e in history.of_type("fault") if e.get("action") == "failpoint" and e.get("phase") == "arm"
              and e.get("window") == step.get("window")]
     if match and armed and step.get("window") == "after_s3_write_before_commit":
-        return _paused_before_commit(float(match.group(1)) / 1000, history)
+        return _paused_before_commit(float(match.group(1)) / 1000, history, final or {})
     if not match or not armed or step.get("window") != "after_staging_before_record":
         return False, f"failpoint {step.get('spec')} at {step.get('window')}: armed {len(armed)} times, not observable"
     pause = float(match.group(1)) / 1000
@@ -135,16 +135,17 @@ def _paused(step, history) -> tuple[bool, str]:
     return bool(slow), f"{len(slow)} uploads took at least the {pause:g}s pause at {step.get('window')}"
 
 
-def _paused_before_commit(pause: float, history) -> tuple[bool, str]:
+def _paused_before_commit(pause: float, history, final: dict) -> tuple[bool, str]:
     """A pause between the last object write and the commit, as the harness saw it: a claim (``processing``) whose
-    job's own objects (keys naming its attachment id, seen by the object watch during that claim) were all written
-    at least 0.9 × the pause before the job left ``processing`` (harness wall times of both).
+    job's own objects (keys naming its attachment id, its original aside, seen by the object watch during that claim)
+    were all written at least 0.9 × the pause before the job left ``processing`` (harness wall times of both).
 
     "During that claim" runs from the earliest moment the harness knows the claim had not yet happened to when it saw
     the job leave. The wall at which the API observer saw the claim is only an upper bound: a render is quicker than
     a poll, so the object watch can see a claim's objects before the observer sees the claim. The lower bound is the
     latest of the upload's start and, for every transition of the job up to the claim, the start of the last read
-    that did not show it yet (``not_before_wall``)."""
+    that did not show it yet (``not_before_wall``). The upload's own write, the original (as the final read names
+    it), is never the claim's; without a final read the claim's own wall is the bound, as the original is unknown."""
     objects = history.of_type("object")
     if not objects:
         return False, (f"failpoint pause({pause * 1000:g}) at after_s3_write_before_commit: no object watch in this "
@@ -162,10 +163,13 @@ def _paused_before_commit(pause: float, history) -> tuple[bool, str]:
                     None)
         if left is None:
             continue
+        original = (((final.get("attachments") or {}).get(aid) or {}).get("body") or {}).get("original") or {}
         bounds = [e["not_before_wall"] for e in trans[:index + 1] if e["attachment_id"] == aid
                   and e.get("not_before_wall") is not None]
-        began = max(bounds + ([uploaded[aid]] if aid in uploaded else []), default=claim["wall"])
-        own = [o for o in objects if aid in str(o.get("key")) and began <= o["wall"] <= left["wall"]]
+        bounds += [uploaded[aid]] if aid in uploaded else []
+        began = max(bounds) if bounds and original.get("key") else claim["wall"]
+        own = [o for o in objects if aid in str(o.get("key")) and o.get("key") != original.get("key")
+               and began <= o["wall"] <= left["wall"]]
         last = max(own, key=lambda o: o["wall"], default=None)
         if last is not None and left["wall"] - last["wall"] >= 0.9 * pause:
             return True, (f"attachment {aid}: its last object ({last['key']}) seen at t={last['t']:.2f}s, "

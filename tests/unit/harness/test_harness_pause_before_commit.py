@@ -58,20 +58,42 @@ def observed(b: Builder, at: float, frm, to, event_seq: int, not_before: float |
           at_server="x", **({"not_before_wall": T0 + not_before} if not_before is not None else {}))
 
 
-def test_objects_seen_before_the_observer_saw_the_claim_still_belong_to_it():
-    """A render is quicker than a poll: the object watch saw the variants (1.5-1.6) before the API observer's first
-    read showed the job queued and claimed (1.8). The claim began after the upload did, so they are its own."""
+def claimed_before_seen(variants: bool = True, final: bool = True) -> Builder:
+    """A render is quicker than a poll: the object watch saw the original (1.4) and the variants (1.5-1.6) before the
+    API observer's first read showed the job queued and claimed (1.8); it left processing 3 s after its writes."""
     b = Builder()
     b.upload(0.1)
     b.add(0.5, "fault", action="failpoint", phase="arm", role="worker", window=STEP["window"], spec=STEP["spec"])
-    for i, v in enumerate(("thumbnail", "crop", "optimized")):
+    b.add(1.4, "object", key=f"originals/{ATT}", size=99, last_modified="x", etag="o")
+    for i, v in enumerate(("thumbnail", "crop", "optimized") if variants else ()):
         b.add(1.5 + i * 0.05, "object", key=f"variants/{ATT}/v1/{v}.webp", size=10, last_modified="x", etag=f"e{i}")
     observed(b, 1.8, None, "queued", 1)
     observed(b, 1.8, "queued", "processing", 2)
     observed(b, 4.8, "processing", "ready", 3, not_before=4.5)
-    ok, why = happened(b)
+    if final:
+        b.attachments[ATT] = {"status": 200, "body": {"state": "ready", "original": {"key": f"originals/{ATT}"}}}
+    return b
+
+
+def test_objects_seen_before_the_observer_saw_the_claim_still_belong_to_it():
+    """The claim began after the upload did: the variants seen before the observer saw the claim are its own."""
+    ok, why = happened(claimed_before_seen())
     assert ok, why
     assert "optimized" in why
+
+
+def test_the_uploads_original_is_never_the_claims_write():
+    """A claim that wrote nothing the watch saw: the original (the upload's write, named by the final read) does not
+    stand in for its writes."""
+    ok, why = happened(claimed_before_seen(variants=False))
+    assert not ok, why
+
+
+def test_without_a_final_read_the_claim_is_bounded_by_when_it_was_seen():
+    """Without the final read the original is unknown, so the claim's window starts where the observer saw it (the
+    variants before it are not counted): not shown, never wrongly shown."""
+    ok, why = happened(claimed_before_seen(final=False))
+    assert not ok, why
 
 
 def test_an_earlier_claims_objects_do_not_show_a_later_claims_pause():
