@@ -72,6 +72,14 @@ def first_delay(step) -> float:
     return (step.get("delay_drawn") or [0.0])[0]
 
 
+def own_lines(step, lines: list) -> list:
+    """The lines of ``lines`` this step wrote: each names its step (``fault``). A history recorded before the lines
+    did is judged as it was then, by every line of the kind (another step of the same kind then counts too)."""
+    if any("fault" in e for e in lines):
+        return [e for e in lines if e.get("fault") == step.get("index")]
+    return lines
+
+
 def untimed(step) -> bool:
     """No ``at`` and no ``when``: the step acts from before the workload."""
     return step.get("at") is None and step.get("when") is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from . import peek_while_down
+from . import own_lines, peek_while_down
 
 ACTION = "sigkill"
 RECORDS = "fault action=sigkill phase=start (role, pid, window, exactness, trigger, delay) per kill; window_hits"
@@ -49,15 +49,18 @@ def draw(rng, pick) -> dict | None:
 
 def landed(step, history) -> bool:
     """Whether a kill was sent at all (a timed kill may land outside the window it aims at: ``happened`` is False
-    then, but the fault itself was done — fault_coverage tells the two apart)."""
-    return any(e.get("action") == ACTION and e.get("phase") == "start" for e in history.of_type("fault"))
+    then, but the fault itself was done — fault_coverage tells the two apart). This step's own kills only."""
+    return bool(own_lines(step, [e for e in history.of_type("fault") if e.get("action") == ACTION
+                                 and e.get("phase") == "start"]))
 
 
 def happened(step, history, final) -> tuple[bool, str]:
-    """A kill sent; a timed one (``exactness="approximate"``) only with the evidence of the window it aimed at."""
+    """A kill sent by this step; a timed one (``exactness="approximate"``) only with the evidence of the window it
+    aimed at."""
     from ._windows import windows_hit
 
-    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"]
+    done = own_lines(step, [e for e in history.of_type("fault") if e.get("action") == ACTION
+                            and e.get("phase") == "start"])
     timed = [e for e in done if e.get("exactness") == "approximate" and e.get("window")]
     if timed:
         return windows_hit(timed, history, final or {})

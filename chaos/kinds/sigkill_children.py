@@ -14,6 +14,8 @@ import os
 import signal
 import time
 
+from . import own_lines
+
 ACTION = "sigkill_children"
 RECORDS = ("fault action=sigkill_children phase=start (role, pid, killed: the child pids, n) per kill, "
            "phase=end after the last")
@@ -71,9 +73,10 @@ def run(ctx, step) -> None:
                 killed.append(child)
             except ProcessLookupError:
                 pass
-        ctx.history.append("fault", action=ACTION, phase="start", role=name, pid=pid, killed=killed, n=n + 1)
+        ctx.history.append("fault", action=ACTION, phase="start", role=name, pid=pid, killed=killed, n=n + 1,
+                           fault=step.get("index"))
         ctx.log(f"SIGKILL of {len(killed)} child processes of {name}: {killed}")
-    ctx.history.append("fault", action=ACTION, phase="end", role=name)
+    ctx.history.append("fault", action=ACTION, phase="end", role=name, fault=step.get("index"))
 
 
 def draw(rng, pick) -> dict | None:
@@ -85,11 +88,13 @@ def draw(rng, pick) -> dict | None:
 
 def landed(step, history) -> bool:
     """The step was applied (whether or not the role had children to kill)."""
-    return any(e.get("action") == ACTION and e.get("phase") == "start" for e in history.of_type("fault"))
+    return bool(own_lines(step, [e for e in history.of_type("fault") if e.get("action") == ACTION
+                                 and e.get("phase") == "start"]))
 
 
 def happened(step, history, final) -> tuple[bool, str]:
-    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"]
+    done = own_lines(step, [e for e in history.of_type("fault") if e.get("action") == ACTION
+                            and e.get("phase") == "start"])
     killed = [pid for e in done for pid in (e.get("killed") or [])]
     if not done:
         return False, "no child processes were signalled"

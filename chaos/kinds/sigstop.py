@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from . import first_delay
+from . import first_delay, own_lines
 
 ACTION = "sigstop"
 RECORDS = ("fault action=sigstop phase=start (role, pid) and action=sigcont phase=end; resume_probe phase and queue "
@@ -146,5 +146,8 @@ def draw(rng, pick) -> dict | None:
 
 
 def happened(step, history, final) -> tuple[bool, str]:
-    done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"]
-    return bool(done), f"sigstop sent {len(done)} times"
+    """This step sent its SIGSTOP (a step whose trigger never came sent none, though another step's did)."""
+    done = own_lines(step, [e for e in history.of_type("fault") if e.get("action") == ACTION
+                            and e.get("phase") == "start"])
+    return bool(done), (f"sigstop sent {len(done)} times" if done else
+                        "sigstop never sent by this step (its trigger never came)")

@@ -245,3 +245,57 @@ def test_start_instance_happened_only_when_its_step_started_one():
     assert kind.happened({"action": "start_instance", "index": 3}, History(started), {})[0]
     done, why = kind.happened({"action": "start_instance", "index": 3}, History(missed), {})
     assert not done and "never came" in why
+
+
+@pytest.mark.parametrize("action", ["sigstop", "sigkill", "sigkill_children"])
+def test_a_signal_step_whose_trigger_never_came_did_not_happen_though_another_of_its_kind_did(action):
+    """Two steps of one signal kind (an explored schedule, a team's own scenario): only the second's trigger came.
+    Before each line named its step, both counted as happened and the first one's window as tested."""
+    from harness.history import History
+
+    extra = {"killed": [4242]} if action == "sigkill_children" else {}
+    lines = [{"seq": 1, "t": 1.0, "type": "fault", "action": action, "phase": "start", "role": "worker", "pid": 7,
+              "fault": 2, **extra},
+             {"seq": 2, "t": 2.0, "type": "note", "fault": 1, "message": "trigger 'processing' never came"}]
+    kind = fault_kinds.REGISTRY[action]
+    done, why = kind.happened({"action": action, "role": "worker", "index": 1}, History(lines), {})
+    assert not done, why
+    landed = getattr(kind, "landed", None)  # the kinds that can be done without hitting their aim
+    assert landed is None or not landed({"action": action, "index": 1}, History(lines))
+    assert kind.happened({"action": action, "role": "worker", "index": 2}, History(lines), {})[0]
+    # A history recorded before the lines named their step is judged as it was.
+    old = [{k: v for k, v in line.items() if k != "fault"} for line in lines[:1]]
+    assert kind.happened({"action": action, "role": "worker", "index": 1}, History(old), {})[0]
+
+
+def test_a_signal_names_the_step_whose_thread_sends_it():
+    """ProcessFaults writes the step index of the thread it runs on (the runner names each step's thread
+    ``fault-<index>``); a signal from elsewhere (the heal) names none."""
+    import threading
+
+    from chaos.process import ProcessFaults
+
+    class Lines:
+        def __init__(self):
+            self.lines = []
+
+        def append(self, type_, **fields):
+            self.lines.append({"type": type_, **fields})
+
+    class Supervisor:
+        class Instance:
+            pid = 4242
+
+        instances = {"worker": Instance()}
+
+        def signal(self, name, sig):
+            pass
+
+    history = Lines()
+    faults = ProcessFaults(Supervisor(), history)
+    step = threading.Thread(target=faults.sigstop, args=("worker",), name="fault-3")
+    step.start()
+    step.join()
+    faults.sigcont("worker")
+    assert history.lines[0]["fault"] == 3 and history.lines[0]["action"] == "sigstop"
+    assert "fault" not in history.lines[1]
