@@ -75,8 +75,9 @@ def check(history: History, final: FinalState, run: RunInfo) -> Verdict:
               and e.get("jobs")]
     ends = [e for e in history.of_type("fault") if e.get("action") == "republish" and e.get("phase") == "end"]
     if not starts:
-        return not_proven(NAME, REQUIREMENTS, "a race of copies", "no job was republished", run,
-                          _republish_that_never_happened(history, run))
+        never = _republish_that_never_happened(history, run)
+        return not_proven(NAME, REQUIREMENTS, "a race of copies", "no job was republished"
+                          + (f" ({never[0]['message']})" if never else ""), run, never)
     attachment_of = _attachment_of(history)
     traced = any(e.get("source") == "firehose" and e.get("deliveries") for e in history.of_type("observe"))
     raced, missed = [], []
