@@ -91,6 +91,10 @@ class RabbitMQ:
             "RABBITMQ_DIST_PORT": str(self.dist_port),
             "ERL_EPMD_PORT": str(self.epmd_port),
             "ERL_EPMD_ADDRESS": LOOPBACK,
+            # Every Erlang VM this node starts (the node, and the helper VM RabbitMQ runs to make sure an epmd is up)
+            # uses ours and never starts one itself: `epmd -daemon` leaves the node's process group for a session of
+            # its own, so one started as the stack stops (an interrupted boot) took the port and outlived the stack.
+            "ERL_FLAGS": "-start_epmd false",
             "RABBITMQ_CONFIG_FILE": str(self.root / "rabbitmq.conf"),
             "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.root / "advanced.config"),
             "RABBITMQ_CONF_ENV_FILE": str(self.root / "rabbitmq-env.conf"),

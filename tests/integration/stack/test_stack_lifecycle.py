@@ -42,8 +42,26 @@ def size_of(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
+def started_for(data_dir: str) -> dict[int, str]:
+    """Processes (pid -> command line) whose environment names the stack's data folder: whatever a service started,
+    including a daemon that left its process group (an `epmd -daemon` run by an Erlang VM of the node)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if data_dir.encode() in environ:
+            found[int(entry)] = command.strip()
+    return found
+
+
 def nothing_left_running(state: dict) -> None:
     assert {name: group_members(pid) for name, pid in state["pids"].items() if group_members(pid)} == {}
+    assert started_for(state["data_dir"]) == {}, "a process the stack started outlived it"
     assert [port for port in state["ports"] if port_listening(port)] == []
 
 
