@@ -3,7 +3,7 @@ after ``duration`` seconds. It affects every run on the stack: such a scenario r
 
 from __future__ import annotations
 
-from . import first_delay
+from . import first_delay, own_lines
 
 ACTION = "restart_service"
 RECORDS = "fault action=restart_service phase=start (service, how) and phase=end (ready_seconds)"
@@ -28,6 +28,5 @@ def happened(step, history, final) -> tuple[bool, str]:
     """This step's restart started (its start line names the step; an older history: any on the service)."""
     done = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
             and e.get("service") == step.get("service")]
-    if any("fault" in e for e in done):
-        done = [e for e in done if e.get("fault") == step.get("index")]
+    done = own_lines(step, done)
     return bool(done), f"{ACTION} on {step.get('service')} {len(done)} times"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from . import first_delay
+from . import first_delay, own_lines
 
 ACTION = "toxic"
 RECORDS = "fault action=toxic phase=start (service, toxic, params, role) and phase=end"
@@ -55,8 +55,7 @@ def happened(step, history, final) -> tuple[bool, str]:
     judged by the service alone, as it was then (another step's toxic on the same service then counts too)."""
     starts = [e for e in history.of_type("fault") if e.get("action") == ACTION and e.get("phase") == "start"
               and e.get("service") == step.get("service")]
-    if any("fault" in e for e in starts):
-        done = [e for e in starts if e.get("fault") == step.get("index")]
-        return bool(done), (f"{ACTION} on {step.get('service')} {len(done)} times" if done else
-                            f"{ACTION} on {step.get('service')} never started by this step (its trigger never came)")
-    return bool(starts), f"{ACTION} on {step.get('service')} {len(starts)} times"
+    done = own_lines(step, starts)
+    if not done and starts:
+        return False, f"{ACTION} on {step.get('service')} never started by this step (its trigger never came)"
+    return bool(done), f"{ACTION} on {step.get('service')} {len(done)} times"
