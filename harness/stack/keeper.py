@@ -2,9 +2,14 @@
 
 The first process group a harness process starts (a service of the stack, a role of the implementation) also starts
 its keeper: a small process in a session of its own that reads one pipe from its starter, a JSON line per change (a
-group started, with its leader's start time, or stopped; a data folder made or removed). When the pipe ends (the
-starter exited, however: SIGKILL, an uncaught error, a lost terminal), the keeper SIGKILLs every group still
-registered, removes the data folders still registered, and exits.
+group started, with its leader's start time and mark, or stopped; a data folder or file made or removed). When the
+pipe ends (the starter exited, however: SIGKILL, an uncaught error, a lost terminal), the keeper SIGKILLs every group still
+registered, removes the paths still registered, and exits.
+
+A group is not always all a service started: an Erlang VM runs its port programs (``erl_child_setup``, and through
+it RabbitMQ's epmd starter, a whole second VM) each in a session of its own. So a service is started with a *mark*
+in its environment (``HARNESS_SERVICE_MARK``, a random id), which every process it starts inherits whatever its
+session: once the group is killed, the processes carrying the mark are killed too (``kill_marked``).
 
 A parent-death signal (``PR_SET_PDEATHSIG``) would not do: it fires when the *thread* that forked exits, and the
 stack starts its services from a thread pool; nor does it reach a service's own children (RabbitMQ's ``beam.smp``
@@ -17,6 +22,7 @@ command, and ``harness stack down`` stops them by PID.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -41,9 +47,13 @@ def start_time(pid: int) -> str | None:
         return None
 
 
-def register(pgid: int) -> None:
-    """The group ``pgid`` (its leader's pid) dies with this process unless it is released or stopped first."""
-    _send({"group": pgid, "start": start_time(pgid)})
+MARK = "HARNESS_SERVICE_MARK"
+
+
+def register(pgid: int, mark: str | None = None) -> None:
+    """The group ``pgid`` (its leader's pid) dies with this process unless it is released or stopped first; so do
+    the processes whose environment carries ``mark``."""
+    _send({"group": pgid, "start": start_time(pgid), **({"mark": mark} if mark else {})})
 
 
 def release(pgid: int | None) -> None:
@@ -52,14 +62,15 @@ def release(pgid: int | None) -> None:
         _send({"released": pgid})
 
 
-def register_folder(path: Path | str) -> None:
-    """A data folder removed once the groups are killed (a killed stack leaves no data in /tmp)."""
-    _send({"folder": str(path)})
+def register_path(path: Path | str) -> None:
+    """A data folder (or a file: weed's sockets in /tmp) removed once the groups are killed (a killed stack leaves
+    nothing in /tmp)."""
+    _send({"path": str(path)})
 
 
-def release_folder(path: Path | str | None) -> None:
+def release_path(path: Path | str | None) -> None:
     if path is not None and _pipe is not None:
-        _send({"released_folder": str(path)})
+        _send({"released_path": str(path)})
 
 
 def _send(message: dict) -> None:
@@ -95,11 +106,12 @@ os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 # --- the keeper process --------------------------------------------------------------------------------------------
-def keep(lines) -> tuple[dict[int, str | None], list[str]]:
-    """Follow the starter's lines to their end: the groups (pgid -> leader's start time) and folders still
+def keep(lines) -> tuple[dict[int, str | None], list[str], list[str]]:
+    """Follow the starter's lines to their end: the groups (pgid -> leader's start time), paths and marks still
     registered then."""
     groups: dict[int, str | None] = {}
-    folders: list[str] = []
+    marks: dict[int, str] = {}
+    paths: list[str] = []
     for line in lines:
         try:
             message = json.loads(line)
@@ -107,13 +119,16 @@ def keep(lines) -> tuple[dict[int, str | None], list[str]]:
             continue
         if "group" in message:
             groups[int(message["group"])] = message.get("start")
+            if message.get("mark"):
+                marks[int(message["group"])] = message["mark"]
         elif "released" in message:
             groups.pop(int(message["released"]), None)
-        elif "folder" in message:
-            folders.append(message["folder"])
-        elif message.get("released_folder") in folders:
-            folders.remove(message["released_folder"])
-    return groups, folders
+            marks.pop(int(message["released"]), None)
+        elif "path" in message and message["path"] not in paths:
+            paths.append(message["path"])
+        elif message.get("released_path") in paths:
+            paths.remove(message["released_path"])
+    return groups, paths, list(marks.values())
 
 
 def kill_left(groups: dict[int, str | None]) -> list[int]:
@@ -132,16 +147,56 @@ def kill_left(groups: dict[int, str | None]) -> list[int]:
     return killed
 
 
+def marked(mark: str) -> list[int]:
+    """The live processes whose environment carries ``mark`` (read from /proc: whatever their group or session)."""
+    needle = f"\0{MARK}={mark}\0".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    environ = b"\0" + f.read()
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            if needle in environ or environ.endswith(needle[:-1]):
+                found.append(int(entry))
+    return found
+
+
+def kill_marked(mark: str | None, timeout: float = 10.0) -> bool:
+    """SIGKILL the processes carrying ``mark`` until none is left (one may start another meanwhile): whether none
+    is left. Called once the group is gone, so no new one comes from the service itself."""
+    if not mark:
+        return True
+    deadline = time.monotonic() + timeout
+    while pids := marked(mark):
+        if time.monotonic() >= deadline:
+            return False
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.02)
+    return True
+
+
 def main() -> int:
     for sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's signals are for the starter, which then ends
         signal.signal(sig, signal.SIG_IGN)
-    groups, folders = keep(sys.stdin)
+    groups, paths, marks = keep(sys.stdin)
     killed = kill_left(groups)
     deadline = time.monotonic() + 10  # SIGKILL is not instant: the data goes once nothing writes to it
     while any(group_alive(pgid) for pgid in killed) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for folder in folders:
-        shutil.rmtree(folder, ignore_errors=True)
+    for mark in marks:
+        kill_marked(mark, timeout=max(1.0, deadline - time.monotonic()))
+    for path in paths:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
     return 0
 
 

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,18 +26,21 @@ class ServiceProcess:
     user: str | None = None
     cwd: Path | None = None
     popen: subprocess.Popen | None = field(default=None, repr=False)
+    # In the environment of the service and of all it starts, even in sessions of their own (keeper.kill_marked).
+    mark: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     def start(self) -> "ServiceProcess":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         # start_new_session: the service and every child it spawns share one process group that we
         # can signal as a whole, the way a container runtime would.
+        env = dict(os.environ if self.env is None else self.env) | {keeper.MARK: self.mark}
         self.popen = subprocess.Popen(
             self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.env, cwd=self.cwd, user=self.user, start_new_session=True,
+            env=env, cwd=self.cwd, user=self.user, start_new_session=True,
         )
         log.close()
-        keeper.register(self.popen.pid)
+        keeper.register(self.popen.pid, self.mark)
         return self
 
     @property
@@ -54,14 +58,14 @@ class ServiceProcess:
             signal_group(self.popen.pid, sig)
 
     def kill(self) -> None:
-        """SIGKILL the whole group and reap the leader."""
+        """SIGKILL the whole group, reap the leader, then kill what the service started outside its group."""
         self.signal_group(signal.SIGKILL)
         if self.popen is not None:
             try:
                 self.popen.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
-        if wait_group_gone(self.pid):
+        if wait_group_gone(self.pid) and keeper.kill_marked(self.mark):
             keeper.release(self.pid)
 
     def stop(self, grace: float = 10.0, sig: int = signal.SIGTERM, leader_only: bool = False) -> None:
@@ -152,14 +156,17 @@ def send_stop_signal(pgid: int, sig: int, leader_only: bool = False) -> None:
         pass
 
 
-def stop_group_by_pid(pgid: int, grace: float = 5.0, sig: int = signal.SIGTERM, leader_only: bool = False) -> None:
-    """Stop a group we started in another process (known from the stack's state file); SIGKILL after `grace`."""
+def stop_group_by_pid(pgid: int, grace: float = 5.0, sig: int = signal.SIGTERM, leader_only: bool = False,
+                      mark: str | None = None) -> None:
+    """Stop a group we started in another process (known from the stack's state file); SIGKILL after `grace`; then
+    the processes carrying its `mark` (started outside the group)."""
     if grace > 0 and sig != signal.SIGKILL and group_members(pgid):
         send_stop_signal(pgid, sig, leader_only)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and group_members(pgid):
             time.sleep(0.1)
-    wait_group_gone(pgid)
+    if wait_group_gone(pgid):
+        keeper.kill_marked(mark)
 
 
 # --- signals -------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
+from . import keeper
 from .data_dir import socket_path
 from .ports import LOOPBACK, PortAllocator, wait_until
 from .process import ServiceProcess
@@ -87,6 +88,8 @@ class SeaweedFS:
     def remove_stray_sockets(self) -> None:
         if self.process is None or not self.process.alive():
             remove_sockets(self.stray_sockets)
+            for socket in self.stray_sockets:  # the ports may be another stack's next: its sockets are not ours
+                keeper.release_path(socket)
 
     @property
     def log_path(self) -> Path:
@@ -117,6 +120,8 @@ class SeaweedFS:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "S3_"))}
         self.process = ServiceProcess(name=self.name, argv=argv, log_path=self.log_path,
                                       env=env, cwd=self.root).start()
+        for socket in self.stray_sockets:  # a killed harness leaves them too: its keeper removes them
+            keeper.register_path(socket)
 
     def client(self, endpoint_url: str | None = None, timeout: float = 10):
         return s3_client(endpoint_url or self.endpoint_url(), timeout=timeout)

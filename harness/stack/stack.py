@@ -173,7 +173,7 @@ class Stack:
         log_dir.mkdir(parents=True, exist_ok=True)
         data_dir = new_data_dir(run_dir)
         if not keep_data:
-            keeper.register_folder(data_dir)
+            keeper.register_path(data_dir)
         try:
             ports = PortAllocator()
             postgres = Postgres(root=data_dir / "postgres", log_dir=log_dir, port=ports.take())
@@ -500,10 +500,15 @@ class Stack:
         outlive this process, where otherwise its keeper kills them when it ends."""
         for pid in self.pids().values():
             keeper.release(pid)
-        keeper.release_folder(self.data_dir)
+        for path in (self.data_dir, *self.s3.stray_sockets):
+            keeper.release_path(path)
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.processes().items() if p is not None and p.pid is not None}
+
+    def marks(self) -> dict[str, str]:
+        """Each started service's mark: what it started outside its group carries it (keeper.kill_marked)."""
+        return {name: p.mark for name, p in self.processes().items() if p is not None and p.pid is not None}
 
     def stop(self) -> None:
         """Stop everything this stack started, by PID, then remove the data folder (unless `keep_data`).
@@ -546,7 +551,7 @@ class Stack:
                if self.rabbitmq_peers else {}),
             "s3_bucket": self.s3_bucket, "s3_access_key": ACCESS_KEY, "s3_secret_key": SECRET_KEY,
             "toxiproxy_api": f"http://{LOOPBACK}:{self.toxiproxy_server.api_port}",
-            "pids": self.pids(), "ports": self.own_ports(), "ready_seconds": self.ready_seconds,
+            "pids": self.pids(), "marks": self.marks(), "ports": self.own_ports(), "ready_seconds": self.ready_seconds,
             "stray_sockets": [str(p) for p in self.s3.stray_sockets],
         }
 
@@ -563,7 +568,7 @@ def _write_json_atomically(path: Path, state: dict) -> None:
 
 
 def release_data_dir(data_dir: Path | str | None, keep_data: bool) -> None:
-    keeper.release_folder(data_dir)
+    keeper.release_path(data_dir)
     if keep_data:
         print(f"[stack] service data kept for a post-mortem in {data_dir} (remove it when done)", file=sys.stderr)
     elif not remove_data_dir(data_dir):
@@ -581,7 +586,7 @@ def stop_from_state(run_dir: Path) -> dict:
             for name in stop_order(state["pids"]):
                 pid = state["pids"].get(name)
                 if pid:
-                    stop_group_by_pid(pid, **stop_plan(name, keep_data))
+                    stop_group_by_pid(pid, **stop_plan(name, keep_data), mark=state.get("marks", {}).get(name))
             remove_sockets(state.get("stray_sockets", []))
         state["stopped"] = True
         _write_json_atomically(state_file, state)

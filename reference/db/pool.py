@@ -35,6 +35,17 @@ def connection_kwargs(settings: Settings, application_name: str) -> dict[str, An
 
 async def open_pool(settings: Settings, application_name: str, *, min_size: int = 1, max_size: int = 10,
                     wait: bool = False) -> Pool:
+    async def check(conn: Connection) -> None:
+        try:
+            await AsyncConnectionPool.check_connection(conn)
+        except Exception:
+            # One dead connection means the server most likely ended them all (a restart, a failover, sessions
+            # terminated). Left alone, the pool would meet the others one by one, waiting 0, 1, then 2 s between
+            # them, and a request would time out (503) with the database up again. Check every idle one now: the
+            # dead are replaced at once, and this request is served by a fresh connection.
+            await pool.check()
+            raise
+
     pool: Pool = AsyncConnectionPool(
         settings.psycopg_conninfo,
         connection_class=AsyncConnection[DictRow],
@@ -42,7 +53,7 @@ async def open_pool(settings: Settings, application_name: str, *, min_size: int 
         max_size=max_size,
         kwargs=connection_kwargs(settings, application_name),
         timeout=max(1.0, settings.db_connect_timeout_seconds),
-        check=AsyncConnectionPool.check_connection,
+        check=check,
         open=False,
         name=application_name,
     )

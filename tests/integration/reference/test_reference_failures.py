@@ -182,6 +182,23 @@ def test_database_or_storage_down_answers_503_never_202(pipeline, stack):
     pipeline.assert_exactly_once(response.json()["attachment_id"])
 
 
+def test_the_first_request_after_the_database_ended_every_session_is_served(pipeline):
+    """A restart or failover ends every session the API's pool holds. The pool met its dead connections one by
+    one, 0, 1, then 2 s apart, so a request timed out (503 after 3 s) with the database up again: the first
+    request that meets a dead connection now has every idle one checked and is served by a fresh one."""
+    pipeline.start_all(roles=("api",))
+    attachment_id = pipeline.upload(sample_jpeg(52)).json()["attachment_id"]
+    url = f"{pipeline.api_url}/v1/attachments/{attachment_id}"
+    with ThreadPoolExecutor(12) as pool:  # concurrent reads grow the API's pool beyond its minimum
+        assert set(pool.map(lambda _: pipeline.http.get(url, timeout=10).status_code, range(60))) == {200}
+    ended = pipeline.sql("SELECT count(*) FILTER (WHERE application_name = 'reference-api') AS api, "
+                         "count(pg_terminate_backend(pid, 5000)) AS n FROM pg_stat_activity "  # waits for each to end
+                         "WHERE datname = current_database() AND pid <> pg_backend_pid()")[0]
+    assert ended["api"] >= 4, f"the API's pool held {ended['api']} sessions: too few to show the backoff"
+    response = pipeline.http.get(url, timeout=10)
+    assert response.status_code == 200, response.text
+
+
 def test_broker_outage_is_survived_by_relay_and_worker(pipeline, stack):
     pipeline.start_all()
     stack.toxiproxy.cut("rabbitmq")

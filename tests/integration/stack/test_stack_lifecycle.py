@@ -221,6 +221,7 @@ def test_a_killed_stack_start_leaves_no_service_and_no_data(tmp_path, at):
     data folder. While the services start, and once they are ready (a test session's stack, a grade's own stack);
     only `harness stack up`, whose services `harness stack down` stops by PID, hands them over."""
     run_dir = tmp_path / "killed"
+    since = time.time() - 1
     script = ("import sys; from harness.stack import Stack; Stack.start(sys.argv[1]); print('ready', flush=True); "
               "import time; time.sleep(300)")
     starter = subprocess.Popen([sys.executable, "-c", script, str(run_dir)], stdout=subprocess.PIPE, text=True)
@@ -237,3 +238,4 @@ def test_a_killed_stack_start_leaves_no_service_and_no_data(tmp_path, at):
         time.sleep(0.1)
     nothing_left_running(state)
     assert not Path(state["data_dir"]).exists(), "the data folder outlived the killed starter"
+    assert leftovers_in_tmp(state, since, state["pids"]["s3"]) == []  # weed's sockets in /tmp, removed by the keeper

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.stack import keeper
-from harness.stack.process import group_members, run_group
+from harness.stack.process import ServiceProcess, group_members, run_group
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -35,9 +35,9 @@ def starter(tmp_path: Path, body: str) -> tuple[subprocess.Popen, dict]:
         import json, sys, time
         from pathlib import Path
         from harness.stack import keeper
-        from harness.stack.process import ServiceProcess
+        from harness.stack.process import ServiceProcess, group_members
         folder = Path({str(tmp_path / "data")!r}); folder.mkdir(); (folder / "pg").write_text("x")
-        keeper.register_folder(folder)
+        keeper.register_path(folder)
         service = ServiceProcess(name="svc", argv=["sh", "-c", "sleep 300 & wait"],
                                  log_path=Path({str(tmp_path / "svc.log")!r})).start()
         {body}
@@ -60,7 +60,7 @@ def test_a_killed_starters_groups_and_data_folders_go_with_it(tmp_path):
 
 def test_a_released_group_and_folder_outlive_their_starter(tmp_path):
     """`harness stack up`: the services are handed over to `harness stack down`, which stops them by PID."""
-    proc, made = starter(tmp_path, "keeper.release(service.pid); keeper.release_folder(folder)")
+    proc, made = starter(tmp_path, "keeper.release(service.pid); keeper.release_path(folder)")
     proc.kill()
     proc.wait()
     try:
@@ -73,8 +73,55 @@ def test_a_released_group_and_folder_outlive_their_starter(tmp_path):
 
 def test_the_lines_are_followed_to_the_end():
     lines = [json.dumps(m) for m in ({"group": 11, "start": "5"}, {"group": 12, "start": "6"}, {"released": 11},
-                                      {"folder": "/tmp/a"}, {"folder": "/tmp/b"}, {"released_folder": "/tmp/a"})]
-    assert keeper.keep([*lines, "not json"]) == ({12: "6"}, ["/tmp/b"])
+                                      {"path": "/tmp/a"}, {"path": "/tmp/b"}, {"released_path": "/tmp/a"})]
+    assert keeper.keep([*lines, "not json"]) == ({12: "6"}, ["/tmp/b"], [])
+
+
+def test_a_groups_mark_is_kept_until_the_group_is_released():
+    lines = [json.dumps(m) for m in ({"group": 11, "start": "5", "mark": "a"}, {"group": 12, "start": "6", "mark": "b"},
+                                      {"group": 13, "start": "7"}, {"released": 11})]
+    assert keeper.keep(lines) == ({12: "6", 13: "7"}, [], ["b"])
+
+
+OUT_OF_GROUP = ["sh", "-c", "setsid sleep 300 & sleep 300 & wait"]  # an Erlang VM's port programs do this
+
+
+def strays_of(service) -> list[int]:
+    return [pid for pid in keeper.marked(service.mark) if pid not in group_members(service.pid)]
+
+
+def test_what_a_service_started_in_a_session_of_its_own_is_stopped_with_it(tmp_path):
+    """RabbitMQ's node runs its port programs (erl_child_setup, the epmd starter: a second Erlang VM) each in a
+    session of its own: killing the node's group left them running. They carry the service's mark."""
+    service = ServiceProcess(name="svc", argv=OUT_OF_GROUP, log_path=tmp_path / "svc.log").start()
+    try:
+        assert wait_for(lambda: len(strays_of(service)) == 1), "the out-of-group child runs"
+        stray = strays_of(service)[0]
+        service.stop(grace=1)
+        assert group_members(service.pid) == []
+        assert wait_for(lambda: keeper.start_time(stray) is None or zombie(stray)), "the stray outlived the stop"
+    finally:
+        for pid in keeper.marked(service.mark):
+            os.kill(pid, signal.SIGKILL)
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_killed_starters_out_of_group_processes_go_with_it(tmp_path):
+    proc, made = starter(tmp_path, f"""
+        stray = ServiceProcess(name="stray", argv={OUT_OF_GROUP!r}, log_path=Path({str(tmp_path / "s.log")!r})).start()
+        while not [p for p in keeper.marked(stray.mark) if p not in group_members(stray.pid)]: time.sleep(0.05)
+        Path({str(tmp_path / "mark")!r}).write_text(stray.mark)""")
+    mark = (tmp_path / "mark").read_text()
+    assert len(keeper.marked(mark)) == 3  # the shell, its child in the group, the one in a session of its own
+    proc.kill()
+    proc.wait()
+    assert wait_for(lambda: keeper.marked(mark) == []), "a process out of the service's group outlived the starter"
 
 
 def test_a_group_id_now_naming_another_process_is_left_alone(tmp_path):
