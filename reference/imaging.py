@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import multiprocessing
+import os
 import signal
 import warnings
 from collections.abc import Callable, Collection, Iterable
@@ -70,7 +71,9 @@ def outlive_the_roles_stop_signal() -> None:
     terminal's Ctrl-C do the same). A child killed by it breaks the render it is running while the role is still
     finishing its work in its shutdown grace: the job meets BrokenProcessPool and is charged an attempt (a rolling
     deploy of the reference, ``graceful_stop`` invalid in a CI rehearsal). The parent ends its children itself
-    (``kill_pool``), and a child of a parent that died exits when its task pipe closes."""
+    (``kill_pool``) when it stops. A child holds both ends of its task pipe, so it never sees its parent die: a role
+    killed outright (SIGKILL to the role alone) leaves its children to whoever kills its group (the harness, systemd's
+    control-group kill, a container's end)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -88,10 +91,27 @@ def kill_pool(executor: ProcessPoolExecutor) -> None:
     processes = list((getattr(executor, "_processes", None) or {}).values())
     executor.shutdown(wait=False, cancel_futures=True)
     for process in processes:
-        try:
-            process.kill()
-        except Exception:
-            pass
+        _kill(process)
+
+
+def _kill(process) -> None:
+    """SIGKILL one pool process. ``Process.kill()`` alone is not enough: a forkserver child reads as exited as soon
+    as the forkserver is gone, and the forkserver is gone once the role's group got its stop signal (it does not
+    outlive it as the render processes do), so kill() then did nothing and every render process outlived a
+    gracefully stopped role. The pid is signalled itself while it names a live process of this process group (the
+    children of the forkserver are): never another process's pid."""
+    try:
+        with open(f"/proc/{process.pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        if fields[0] != b"Z" and int(fields[2]) == os.getpgrp():
+            os.kill(process.pid, signal.SIGKILL)
+            return
+    except (OSError, ValueError, IndexError, TypeError):
+        pass  # gone already, or no /proc: fall back to what multiprocessing knows
+    try:
+        process.kill()
+    except Exception:
+        pass
 
 
 def make_pool(workers: int, limits: Limits) -> ProcessPoolExecutor:

@@ -23,6 +23,7 @@ import psycopg
 from psycopg.rows import dict_row
 from PIL import Image
 
+from harness.stack.process import group_members
 from reference.storage import ObjectStore
 
 REPO = Path(__file__).resolve().parents[3]
@@ -149,7 +150,9 @@ class Pipeline:
             self._http.close()
             self._http = None
         for role in list(self.roles.values()):
-            if role.alive():
+            # Also a role that ended by itself (a crash failpoint, a test's SIGTERM): what it left in its group
+            # (render processes) goes. A group with members keeps its id, so it names nothing else.
+            if role.alive() or group_members(role.process.pid):
                 role.signal_group(signal.SIGKILL)
                 try:
                     role.process.wait(10)

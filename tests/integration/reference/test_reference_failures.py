@@ -17,6 +17,7 @@ import httpx
 import pytest
 from PIL import Image
 
+from harness.stack.process import group_members
 from reference_support import assert_event_path, sample_jpeg, wait_for
 
 pytestmark = pytest.mark.integration
@@ -222,3 +223,6 @@ def test_every_role_exits_cleanly_on_sigterm(pipeline):
         role.signal_group(signal.SIGTERM)
         assert role.wait_exit(float(pipeline.env["SHUTDOWN_GRACE_SECONDS"]) + 2) == 0, role.log()[-2000:]
         assert time.monotonic() - started <= float(pipeline.env["SHUTDOWN_GRACE_SECONDS"])
+        # Its render or decode processes (and the forkserver's resource tracker) end with it: they once outlived
+        # every gracefully stopped worker and API, orphaned, for good.
+        assert wait_for(lambda pgid=role.process.pid: not group_members(pgid), 5, what=f"{role.name}'s processes gone")
