@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
 
 from PIL import Image, ImageOps
 
@@ -94,19 +95,21 @@ def kill_pool(executor: ProcessPoolExecutor) -> None:
         _kill(process)
 
 
-def _kill(process) -> None:
+def _kill(process: BaseProcess) -> None:
     """SIGKILL one pool process. ``Process.kill()`` alone is not enough: a forkserver child reads as exited as soon
     as the forkserver is gone, and the forkserver is gone once the role's group got its stop signal (it does not
     outlive it as the render processes do), so kill() then did nothing and every render process outlived a
     gracefully stopped role. The pid is signalled itself while it names a live process of this process group (the
     children of the forkserver are): never another process's pid."""
+    pid = process.pid
     try:
-        with open(f"/proc/{process.pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-        if fields[0] != b"Z" and int(fields[2]) == os.getpgrp():
-            os.kill(process.pid, signal.SIGKILL)
-            return
-    except (OSError, ValueError, IndexError, TypeError):
+        if pid is not None:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] != b"Z" and int(fields[2]) == os.getpgrp():
+                os.kill(pid, signal.SIGKILL)
+                return
+    except (OSError, ValueError, IndexError):
         pass  # gone already, or no /proc: fall back to what multiprocessing knows
     try:
         process.kill()
