@@ -3,8 +3,8 @@
 The first process group a harness process starts (a service of the stack, a role of the implementation) also starts
 its keeper: a small process in a session of its own that reads one pipe from its starter, a JSON line per change (a
 group started, with its leader's start time and mark, or stopped; a data folder or file made or removed). When the
-pipe ends (the starter exited, however: SIGKILL, an uncaught error, a lost terminal), the keeper SIGKILLs every group still
-registered, removes the paths still registered, and exits.
+pipe ends (the starter exited, however: SIGKILL, an uncaught error, a lost terminal), the keeper SIGKILLs every
+group still registered, removes the paths still registered, and exits.
 
 A group is not always all a service started: an Erlang VM runs its port programs (``erl_child_setup``, and through
 it RabbitMQ's epmd starter, a whole second VM) each in a session of its own. So a service is started with a *mark*
